@@ -1,0 +1,31 @@
+"""memeff_jax: memory-efficient contrastive losses for JAX."""
+
+from memeff_jax import reference
+from memeff_jax._terms import ContrastiveStats
+from memeff_jax.clip import clip_loss
+from memeff_jax.clip import clip_loss_with_stats
+from memeff_jax.config import KernelConfig
+from memeff_jax.config import default_config
+from memeff_jax.lit import lit_loss
+from memeff_jax.lit import lit_loss_with_stats
+from memeff_jax.qwen3 import lit_qwen3_loss
+from memeff_jax.qwen3 import lit_qwen3_loss_with_stats
+from memeff_jax.qwen3 import qwen3_loss
+from memeff_jax.qwen3 import qwen3_loss_with_stats
+from memeff_jax.ring import sharded
+
+__all__ = [
+    "ContrastiveStats",
+    "KernelConfig",
+    "clip_loss",
+    "clip_loss_with_stats",
+    "default_config",
+    "lit_loss",
+    "lit_loss_with_stats",
+    "lit_qwen3_loss",
+    "lit_qwen3_loss_with_stats",
+    "qwen3_loss",
+    "qwen3_loss_with_stats",
+    "reference",
+    "sharded",
+]

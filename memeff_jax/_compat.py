@@ -1,0 +1,47 @@
+"""Version shims: JAX's varying-axis casts and jax-triton's triton_call."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import jax
+from jax import lax
+
+
+def to_varying(v, axis_name):
+  """Mark a device-invariant value as varying over ``axis_name`` (loop carries)."""
+  if axis_name is None or axis_name in varying_axes(v):
+    return v
+  if hasattr(lax, "pcast"):
+    return lax.pcast(v, axis_name, to="varying")
+  return lax.pvary(v, axis_name)  # jax < 0.8
+
+
+def varying_axes(v) -> frozenset:
+  """The manual mesh axes over which ``v`` differs between devices."""
+  aval = jax.typeof(v)
+  mat = getattr(aval, "manual_axis_type", None)
+  if mat is not None:
+    return frozenset(mat.varying)
+  return frozenset(getattr(aval, "vma", ()))
+
+
+@functools.cache
+def _triton_call_kwarg() -> str:
+  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  params = inspect.signature(jt.triton_call).parameters
+  return "out_type" if "out_type" in params else "out_shape"  # renamed in jax-triton 0.4
+
+
+def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
+  """``jax_triton.triton_call`` across 0.3.x (``out_shape=``) and 0.4 (``out_type=``).
+
+  Only ints are passed as Python scalars (both versions map them alike); float
+  hyperparameters travel as fp32 arrays.
+  """
+  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
+  return jt.triton_call(*args, kernel=kernel, grid=grid, name=name, num_warps=num_warps,
+                        num_stages=num_stages, **{_triton_call_kwarg(): out_shapes},
+                        **constexprs)

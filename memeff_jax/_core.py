@@ -1,0 +1,112 @@
+"""The one differentiable op every loss uses: masked, scaled log-sum-exp statistics
+of a similarity block, over its rows and optionally its columns.
+
+    z_ij  = scale * s_ij,   s_ij = <x_i, y_j>
+            (prefix dims: s^k_ij = a_ik * b_jk * <x_i[:m_k], y_j[:m_k]>, a/b the
+             per-prefix inverse-norm tables x_tab [K, n] / y_tab [K, m])
+    keep  = [s_ij <= row_thr_i]       (if row_thr is given; raw similarity units)
+          & [global i != global j]    (if exclude_self)
+    lse_row_i = log sum_j keep_ij exp(z_ij)          [n]   ([K, n] with dims)
+    lse_col_j = log sum_i keep_ij exp(z_ij)          [m]   (two_sided only)
+
+``symmetric`` blocks pass ``y=None`` and mean y = x (the q-q and d-d blocks): one
+gradient pass then folds both softmax roles of each pair. With ``axis_name`` the
+rows are this device's shard and the columns run over the whole ring
+(``ring.py``); without it the ring has one device.
+
+VJP, for cotangents g_row / g_col:
+
+    c_ij   = g_row_i * keep_ij * exp(z_ij - lse_row_i) + g_col_j * keep_ij * exp(z_ij - lse_col_j)
+    dx_i   = scale * sum_j c_ij y_j,   dy_j = scale * sum_i c_ij x_i
+    dscale = sum_ij c_ij s_ij,         da_ik = scale * sum_j c^k_ij s^k_ij / a_ik
+
+Only O(n) residuals are saved (the inputs and the statistics). With
+``symbolic_zeros`` a locked tower, a constant temperature or an unused column
+statistic skips its gradient kernels.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Hashable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.custom_derivatives import SymbolicZero
+
+from memeff_jax import ring
+from memeff_jax.config import KernelConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSpec:
+  """Static options of one block; hashable, closed over by the custom_vjp."""
+
+  backend: Any                      # a backend object with fwd_stats / bwd
+  two_sided: bool = False           # also the column statistics
+  exclude_self: bool = False        # drop the pairs with global row index == column index
+  symmetric: bool = False           # y is x (call with y=None)
+  dims: tuple[int, ...] | None = None   # prefix (Matryoshka) dims
+  axis_name: Hashable | None = None     # ring axis (inside shard_map)
+  config: KernelConfig | None = None
+
+  def __post_init__(self):
+    if self.two_sided and self.symmetric:
+      raise ValueError("a symmetric block's column statistics are its row statistics")
+
+
+class Side(NamedTuple):
+  """One softmax role's statistics for the gradient pass: log-normalizers (with -inf
+  replaced by +inf so a fully masked softmax contributes exact zeros), cotangents,
+  and thresholds (or None)."""
+
+  lse: jax.Array
+  g: jax.Array
+  thr: jax.Array | None
+
+
+def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, *, spec: BlockSpec):
+  """``(lse_row, lse_col)`` of the block; ``lse_col`` is None unless ``spec.two_sided``."""
+  if (spec.dims is None) != (x_tab is None):
+    raise ValueError("prefix dims and inverse-norm tables go together")
+  if spec.symmetric != (y is None):
+    raise ValueError("symmetric blocks take y=None; other blocks need y")
+  with jax.named_scope("memeff/block_lse"):
+    return _op(spec)(x, y, scale, row_thr, x_tab, y_tab)
+
+
+@functools.cache
+def _op(spec: BlockSpec):
+
+  @jax.custom_vjp
+  def op(x, y, scale, row_thr, x_tab, y_tab):
+    return ring.forward(spec, x, y, scale, row_thr, x_tab, y_tab)
+
+  def fwd(x, y, scale, row_thr, x_tab, y_tab):
+    val = lambda p: None if p is None else p.value
+    out = ring.forward(spec, val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab))
+    need = ring.Need(
+        x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
+        x_tab=(x_tab is not None and x_tab.perturbed),
+        y_tab=(y_tab is not None and y_tab.perturbed))
+    res = (val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab)) + out
+    return out, (res, need)
+
+  def bwd(saved, cts):
+    (x, y, scale, row_thr, x_tab, y_tab, lse_row, lse_col), need = saved
+    g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts)
+    if g_row is None and g_col is None:
+      return (None,) * 6
+    row = None if g_row is None else Side(_safe(lse_row), g_row, row_thr)
+    col = None if g_col is None else Side(_safe(lse_col), g_col, None)
+    dx, dy, dscale, dxt, dyt = ring.backward(spec, need, x, y, scale, x_tab, y_tab, row, col)
+    return dx, dy, dscale, None, dxt, dyt
+
+  op.defvjp(fwd, bwd, symbolic_zeros=True)
+  return op
+
+
+def _safe(lse):
+  """exp(z - lse) with lse = -inf must be 0: only masked entries can meet it."""
+  return None if lse is None else jnp.where(lse == -jnp.inf, jnp.inf, lse)

@@ -1,0 +1,139 @@
+"""Per-softmax algebra shared by every loss: normalization, the (debiased) softmax
+term in the log domain, the stable gradient factor, and the stats record.
+
+Everything here is O(batch) plain JAX on statistics the kernels produce.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+_NORM_EPS = 1e-12
+
+
+class ContrastiveStats(NamedTuple):
+  """Diagnostics returned by the ``*_with_stats`` losses.
+
+  Attributes:
+    z_loss: float32 scalar, the z-loss term included in the loss,
+      ``lse_square_scale * mean(lse**2)`` (CLIP: the mean of its row and column terms).
+    lse_row: [n] float32, natural log of each row softmax's denominator in unshifted
+      logits, ``log sum_c exp(s_c / t)`` over the candidates it really uses (the
+      debiased denominator when ``tau_plus`` is on). Inside a ring: this device's rows.
+    lse_col: [n] float32 for CLIP (the column softmaxes, one per text), ``None`` for
+      the row-only losses.
+  """
+
+  z_loss: jax.Array
+  lse_row: jax.Array
+  lse_col: jax.Array | None
+
+
+def normalize(v: jax.Array) -> jax.Array:
+  """``v / max(||v||, 1e-12)`` along the last axis, rounded once to ``v.dtype``.
+
+  The norm and the quotient are computed in fp32 (fp64 for fp64 inputs). A vector of norm <= 1e-12 is
+  divided by 1e-12 (its gradient is ``g / 1e-12``, no radial term); the double
+  ``where`` keeps the gradient of a zero vector finite.
+  """
+  v32 = v.astype(jnp.promote_types(v.dtype, jnp.float32))
+  sq = jnp.sum(v32 * v32, axis=-1, keepdims=True)
+  big = sq > _NORM_EPS * _NORM_EPS
+  norm = jnp.where(big, jnp.sqrt(jnp.where(big, sq, 1.0)), _NORM_EPS)
+  return (v32 / norm).astype(v.dtype)
+
+
+def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
+  """One softmax per row: its loss term and its log-denominator, in the log domain.
+
+  Args:
+    lse_neg: [n] ``log sum exp(logit)`` over the row's kept negatives (-inf if none).
+    pos_logit: [n] the positive's logit ``s_pos / t``.
+    n_neg: the nominal negative count N (masked entries keep their place).
+    tau: None for the plain softmax, else the debiasing prior (float or [n]).
+    scale: ``1 / t``.
+
+  Returns:
+    ``(ell, lse)``: ``ell = log Den - pos_logit`` and ``lse = log Den``, where Den is
+    ``pos + sum_neg`` or, debiased (Chuang et al. 2020, M = 1),
+    ``pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1 / t))``.
+
+  With ``u = N * max(g, f) / pos``, ``ell = softplus(log u)``: no ``S - p``
+  cancellation, no overflow, and autodiff gives the accurate forms of the
+  gradients (``rho - 1 = -u / (1 + u)``).
+  """
+  if tau is None:
+    ell = jax.nn.softplus(lse_neg - pos_logit)            # log(1 + sum_neg / pos)
+  elif n_neg == 0:                                        # Den = pos: nothing to debias
+    ell = jnp.zeros_like(pos_logit)
+  else:
+    has_neg = lse_neg > -jnp.inf
+    d = jnp.where(has_neg, lse_neg - pos_logit, 0.0)     # log(sum_neg / pos)
+    # c = N * tau * pos / sum_neg; g <= 0 (so clamped) once c >= 1.
+    log_c = jnp.log(n_neg * jnp.asarray(tau, jnp.float32)) - d
+    ok = has_neg & (log_c < 0)
+    c = jnp.exp(jnp.where(ok, log_c, -1.0))
+    log_u_g = d + jnp.log1p(-c) - jnp.log1p(-jnp.asarray(tau, jnp.float32))  # log(N g / pos)
+    log_u_f = jnp.log(float(n_neg)) - scale - pos_logit                    # log(N f / pos)
+    clamped = ~ok | (log_u_g < log_u_f)                   # strict g < f, as in MATH 6.1
+    ell = jax.nn.softplus(jnp.where(clamped, log_u_f, log_u_g))
+  return ell, pos_logit + ell
+
+
+def stable_scale(loss, *, stable: bool, batch: int, temperature):
+  """Value unchanged; gradient (all of it, the temperature's too) times sqrt(B * t).
+
+  ``t`` is held constant inside the factor.
+  """
+  if not stable:
+    return loss
+  factor = jnp.sqrt(batch * lax.stop_gradient(jnp.asarray(temperature, loss.dtype)))
+  return loss + (factor - 1.0) * (loss - lax.stop_gradient(loss))
+
+
+def global_sum(v, axis_name):
+  """Sum over the ring's devices (identity off the ring)."""
+  return v if axis_name is None else lax.psum(v, axis_name)
+
+
+def as_scale(temperature) -> jax.Array:
+  """``1 / t`` as a float32 0-d array (a traced temperature stays differentiable)."""
+  return 1.0 / jnp.asarray(temperature, jnp.float32)
+
+
+def is_zero(v) -> bool:
+  """A Python 0.0 switches an optional term off; arrays always keep it."""
+  return isinstance(v, float) and v == 0.0
+
+
+def ring_size(axis_name) -> int:
+  return 1 if axis_name is None else lax.axis_size(axis_name)
+
+
+def reduce_terms(terms, *, batch: int, z_scale, axis_name):
+  """Mean of the softmax directions' mean losses, and the z-loss term.
+
+  terms: [(ell, lse)] per direction (CLIP: rows and columns), each [local rows].
+  """
+  k = len(terms)
+  loss = global_sum(sum(jnp.sum(ell) for ell, _ in terms), axis_name) / (k * batch)
+  if is_zero(z_scale):
+    z = jnp.zeros((), jnp.float32)
+  else:
+    z = z_scale * global_sum(sum(jnp.sum(lse * lse) for _, lse in terms), axis_name) / (k * batch)
+  return loss, z
+
+
+def masked_lse(z, keep, axis: int = -1):
+  """``log sum exp`` over the kept entries; -inf (with zero gradient) where none is."""
+  z = jnp.where(keep, z, -jnp.inf)
+  mx = lax.stop_gradient(jnp.max(z, axis=axis, keepdims=True))
+  any_kept = mx > -jnp.inf
+  shift = jnp.where(any_kept, mx, 0.0)
+  total = jnp.sum(jnp.where(keep, jnp.exp(z - shift), 0.0), axis=axis, keepdims=True)
+  out = jnp.where(any_kept, shift + jnp.log(jnp.where(any_kept, total, 1.0)), -jnp.inf)
+  return jnp.squeeze(out, axis)

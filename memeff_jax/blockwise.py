@@ -1,0 +1,149 @@
+"""Pure-JAX backend: the same statistics and gradients as the Triton kernels, as a
+``lax.scan`` over column tiles with an online log-sum-exp. O(n * tile) memory.
+
+It runs on CPU, TPU and GPU, is the fallback where Triton is unavailable, and is an
+independent check on the kernels. Readable rather than fast.
+
+Conventions shared with the kernels (see ``_core``): the block is
+``z_ij = scale * s_ij`` with ``s_ij = <x_i, y_j>`` (or, with prefix ``dims``,
+``s^k_ij = a_ik b_jk <x_i[:m_k], y_j[:m_k]>``), entry (i, j) is kept iff
+``s_ij <= row_thr_i`` (when given) and, with ``exclude_self``, global row index !=
+global column index.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from memeff_jax.config import KernelConfig
+
+_HI = lax.Precision.HIGHEST
+
+
+def _dot(u, v):
+  # [n, d] @ [d, t] -> [n, t], fp32 accumulation
+  return jnp.dot(u, v.T, preferred_element_type=jnp.float32, precision=_HI)
+
+
+def _sims(x, y_t, x_tab, y_tab_t, dims):
+  """[K, n, t] similarities of the rows against one column tile (K = 1 without dims)."""
+  if dims is None:
+    return _dot(x, y_t)[None]
+  return jnp.stack([_dot(x[:, :m], y_t[:, :m]) * x_tab[k][:, None] * y_tab_t[k][None, :]
+                    for k, m in enumerate(dims)])
+
+
+def _keep(s, rows, cols, col_ok, row_thr, col_thr, exclude_self):
+  """[K, n, t] entries that enter the softmaxes; thresholds are [K, n] / [K, t]."""
+  keep = jnp.broadcast_to(col_ok[None, None, :], s.shape)
+  if exclude_self:
+    keep = keep & (rows[:, None] != cols[None, :])[None]
+  if row_thr is not None:
+    keep = keep & (s <= row_thr[:, :, None])
+  if col_thr is not None:
+    keep = keep & (s <= col_thr[:, None, :])
+  return keep
+
+
+def _tiles(tile, m, *cols):
+  """Pad each [.., m, ..] column-indexed array (axis -2 for features, -1 for stats)
+  to a multiple of ``tile`` and split it into [num_tiles, ...] scan inputs."""
+  num = -(-m // tile)
+  out = []
+  for a, axis in cols:
+    if a is None:
+      out.append(None)
+      continue
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, num * tile - m)
+    a = jnp.pad(a, pad)
+    a = jnp.moveaxis(a.reshape(a.shape[:axis % a.ndim] + (num, tile) + a.shape[axis % a.ndim + 1:]),
+                     axis % a.ndim, 0)
+    out.append(a)
+  starts = jnp.arange(num, dtype=jnp.int32) * tile
+  return starts, out
+
+
+def _k(v, dims):
+  """Stats get a leading K axis internally (K = 1 without dims)."""
+  return None if v is None else (v[None] if dims is None else v)
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockwiseBackend:
+  """``fwd_stats`` / ``bwd`` over column tiles; see ``_core`` for the contract."""
+
+  name: str = "blockwise"
+
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):
+    dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
+    tile = min(_config(spec).blockwise_tile, m)
+    row_thr = _k(row_thr, dims)
+    rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
+    starts, (y_s, yt_s) = _tiles(tile, m, (y, -2), (y_tab, -1))
+
+    def body(lse_row, inp):
+      j0, y_t, yt_t = inp
+      cols = j0 + jnp.arange(tile, dtype=jnp.int32)
+      s = _sims(x, y_t, x_tab, yt_t, dims)
+      keep = _keep(s, rows, offsets[1] + cols, cols < m, row_thr, None, spec.exclude_self)
+      z = jnp.where(keep, scale * s, -jnp.inf)
+      lse_row = jnp.logaddexp(lse_row, jax.nn.logsumexp(z, axis=-1))
+      return lse_row, (jax.nn.logsumexp(z, axis=-2) if spec.two_sided else None)
+
+    k = 1 if dims is None else len(dims)
+    init = jnp.full((k, n), -jnp.inf, jnp.float32)
+    lse_row, lse_col = lax.scan(body, init, (starts, y_s, yt_s))
+    if spec.two_sided:
+      lse_col = jnp.moveaxis(lse_col, 0, 1).reshape(k, -1)[:, :m]
+    return _unk(lse_row, dims), (_unk(lse_col, dims) if spec.two_sided else None)
+
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, out_dtype):
+    dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]
+    tile = min(_config(spec).blockwise_tile, m)
+    rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
+    r_lse, r_g, r_thr = (_k(v, dims) for v in row) if row is not None else (None,) * 3
+    c_lse, c_g, c_thr = (_k(v, dims) for v in col) if col is not None else (None,) * 3
+    starts, (y_s, yt_s, cl_s, cg_s, ct_s) = _tiles(
+        tile, m, (y, -2), (y_tab, -1), (c_lse, -1), (c_g, -1), (c_thr, -1))
+
+    def body(carry, inp):
+      dx, cs = carry
+      j0, y_t, yt_t, cl_t, cg_t, ct_t = inp
+      cols = j0 + jnp.arange(tile, dtype=jnp.int32)
+      s = _sims(x, y_t, x_tab, yt_t, dims)
+      z = scale * s
+      coef = jnp.zeros_like(s)
+      if row is not None:   # row-role softmax: g_i * P_ij
+        keep = _keep(s, rows, offsets[1] + cols, cols < m, r_thr, None, spec.exclude_self)
+        coef += jnp.where(keep, r_g[:, :, None] * jnp.exp(z - r_lse[:, :, None]), 0.0)
+      if col is not None:   # column-role softmax: g_j * P_ji
+        keep = _keep(s, rows, offsets[1] + cols, cols < m, None, ct_t, spec.exclude_self)
+        coef += jnp.where(keep, cg_t[:, None, :] * jnp.exp(z - cl_t[:, None, :]), 0.0)
+      cs = cs + jnp.sum(coef * s, axis=-1)
+      if dims is None:
+        dx = dx + scale * jnp.dot(coef[0], y_t, preferred_element_type=jnp.float32,
+                                  precision=_HI)
+      else:
+        for kk, mk in enumerate(dims):
+          c = coef[kk] * x_tab[kk][:, None] * yt_t[kk][None, :]
+          part = jnp.dot(c, y_t[:, :mk], preferred_element_type=jnp.float32, precision=_HI)
+          dx = dx.at[:, :mk].add(scale * part)
+      return (dx, cs), None
+
+    k = 1 if dims is None else len(dims)
+    init = (jnp.zeros((n, d), jnp.float32), jnp.zeros((k, n), jnp.float32))
+    (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s))
+    return dx.astype(out_dtype), _unk(cs, dims)
+
+
+def _unk(v, dims):
+  return v[0] if dims is None else v
+
+
+def _config(spec) -> KernelConfig:
+  return spec.config if spec.config is not None else KernelConfig()

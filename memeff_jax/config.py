@@ -1,0 +1,105 @@
+"""Kernel tile sizes and launch settings: the one place for their defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+import numpy as np
+
+Precision = Literal["tf32", "tf32x3", "ieee"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+  """Tile sizes and launch settings of the Triton kernels and the blockwise backend.
+
+  Attributes:
+    fwd_block_m, fwd_block_n: row/column tile of the statistics (forward) kernel.
+    fwd_num_warps, fwd_num_stages: its launch settings.
+    bwd_block_m, bwd_block_n: row/column tile of the gradient kernel.
+    bwd_num_warps, bwd_num_stages: its launch settings.
+    block_d: feature chunk of the similarity dot. ``block_d >= d`` keeps the row
+      tile resident for the whole column sweep (the fast shape); smaller values
+      walk the features in chunks (large ``d``).
+    bwd_block_do: feature width of one gradient program's fp32 accumulator. Below
+      ``d``, the grid gains a feature axis and each program recomputes its
+      similarities (no atomics, still deterministic).
+    max_programs: cap on forward programs when column statistics are needed;
+      each keeps one fp32 partial per column, so this bounds that O(programs * m)
+      buffer.
+    min_programs: below this many row tiles the column sweep is split across
+      programs (partials reduced in JAX) so small batches still fill the GPU.
+    precision: ``tl.dot`` input precision for fp32 inputs ("tf32" like JAX's
+      default GPU matmul, "tf32x3", or "ieee"). 16-bit inputs ignore it.
+    blockwise_tile: column tile of the pure-JAX blockwise backend.
+  """
+
+  fwd_block_m: int = 64
+  fwd_block_n: int = 64
+  fwd_num_warps: int = 4
+  fwd_num_stages: int = 2
+  bwd_block_m: int = 64
+  bwd_block_n: int = 64
+  bwd_num_warps: int = 4
+  bwd_num_stages: int = 2
+  block_d: int = 64
+  bwd_block_do: int = 64
+  max_programs: int = 264
+  min_programs: int = 264
+  precision: Precision = "tf32"
+  blockwise_tile: int = 512
+
+  def __post_init__(self):
+    for f in dataclasses.fields(self):
+      v = getattr(self, f.name)
+      if f.name == "precision":
+        if v not in ("tf32", "tf32x3", "ieee"):
+          raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
+      elif not isinstance(v, int) or v < 1:
+        raise ValueError(f"KernelConfig.{f.name} must be a positive int, got {v!r}")
+    for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "block_d",
+                 "bwd_block_do"):
+      v = getattr(self, name)
+      if v < 16 or v & (v - 1):
+        raise ValueError(f"KernelConfig.{name} must be a power of two >= 16 (tl.dot), got {v}")
+
+
+def _pow2(v: int) -> int:
+  return max(16, 1 << (int(v) - 1).bit_length())
+
+
+def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
+  """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200.
+
+  Hopper has 227 KB of shared memory a block: the resident row tile plus
+  ``num_stages`` column tiles must fit, and the gradient accumulator
+  (``bwd_block_m x bwd_block_do`` fp32) must fit the register file.
+  """
+  d_pad = _pow2(d)
+  if interpret:
+    # The interpreter runs every program in Python: few, large tiles are fastest.
+    return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
+                        block_d=d_pad, bwd_block_do=d_pad, precision="ieee",
+                        max_programs=4, min_programs=1)
+  wide = np.dtype(dtype).itemsize >= 4
+  if d_pad <= 128:
+    return KernelConfig(fwd_block_m=128, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=3,
+                        bwd_block_m=128, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=3,
+                        block_d=d_pad, bwd_block_do=d_pad)
+  if d_pad <= 256:
+    return KernelConfig(fwd_block_m=128, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=2,
+                        bwd_block_m=64, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=2,
+                        block_d=d_pad, bwd_block_do=d_pad)
+  if d_pad <= 512 and not wide:
+    return KernelConfig(fwd_block_m=128, fwd_block_n=32, fwd_num_warps=8, fwd_num_stages=2,
+                        bwd_block_m=64, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=2,
+                        block_d=d_pad, bwd_block_do=d_pad)
+  if d_pad <= 512:
+    return KernelConfig(fwd_block_m=64, fwd_block_n=32, fwd_num_warps=8, fwd_num_stages=2,
+                        bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=2,
+                        block_d=d_pad, bwd_block_do=d_pad)
+  # d > 512: walk the features in chunks and split the gradient's feature axis.
+  return KernelConfig(fwd_block_m=64, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=3,
+                      bwd_block_m=64, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=3,
+                      block_d=64, bwd_block_do=256 if not wide else 128)

@@ -1,0 +1,214 @@
+"""Launchers: the only module that calls ``jax_triton.triton_call``.
+
+Each launcher turns arrays into one kernel launch (or, with ``interpret=True``, the
+same launch under Triton's interpreter inside a ``jax.pure_callback``) and reduces
+the per-program partial outputs in JAX. ``TritonBackend`` exposes them with the
+``fwd_stats`` / ``bwd`` contract of ``_core``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from memeff_jax import _compat
+from memeff_jax.config import KernelConfig, default_config
+from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel
+from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel
+
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
+
+
+def _cdiv(a: int, b: int) -> int:
+  return -(-a // b)
+
+
+def _chunks(d: int, block: int) -> tuple[int, int]:
+  """(chunk width, number of chunks) covering d features (power-of-two width >= 16)."""
+  d_pad = max(16, 1 << (d - 1).bit_length())
+  width = min(block, d_pad)
+  return width, _cdiv(d, width)
+
+
+def _splits(m: int, block_n: int, programs: int, cfg: KernelConfig) -> tuple[int, int]:
+  """Split the column sweep so at least ``cfg.min_programs`` programs run.
+
+  Returns (splits, columns per split); a split is a whole number of column tiles.
+  """
+  col_tiles = _cdiv(m, block_n)
+  splits = max(1, min(col_tiles, _cdiv(cfg.min_programs, programs)))
+  per_split = _cdiv(col_tiles, splits) * block_n
+  return _cdiv(m, per_split), per_split
+
+
+# ---------------------------------------------------------------- interpreter path
+def _to_torch(a):
+  import torch  # pylint: disable=g-import-not-at-top
+  a = np.array(a)   # a writable copy: torch refuses read-only buffers
+  if a.dtype == jnp.bfloat16:
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+  return torch.from_numpy(a)
+
+
+def _from_torch(t, dtype):
+  import torch  # pylint: disable=g-import-not-at-top
+  if t.dtype == torch.bfloat16:
+    return t.view(torch.int16).numpy().view(jnp.bfloat16)
+  return t.numpy().astype(dtype, copy=False)
+
+
+def _torch_dtype(dtype):
+  import torch  # pylint: disable=g-import-not-at-top
+  return {jnp.dtype(jnp.float32): torch.float32, jnp.dtype(jnp.float16): torch.float16,
+          jnp.dtype(jnp.bfloat16): torch.bfloat16}[jnp.dtype(dtype)]
+
+
+@functools.cache
+def _fix_interpreter_bf16_dot() -> None:
+  """Triton's interpreter (3.6-3.9) multiplies bf16 dot operands as their raw uint16
+  storage. Widen them to fp32 first: exact for bf16 values, and what the tensor
+  cores do (exact products, fp32 accumulation). Other dtypes are untouched."""
+  import triton.language as tl  # pylint: disable=g-import-not-at-top
+  from triton.runtime import interpreter  # pylint: disable=g-import-not-at-top
+  builder = type(interpreter.interpreter_builder)
+  original = builder.create_dot
+
+  def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+    if a.dtype.scalar == tl.bfloat16 or b.dtype.scalar == tl.bfloat16:
+      a, b = (interpreter.TensorHandle(
+          interpreter._convert_float(h.data, tl.bfloat16, tl.float32, None).view(np.float32),
+          tl.float32) if h.dtype.scalar == tl.bfloat16 else h for h in (a, b))
+    return original(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+  builder.create_dot = create_dot
+
+
+def _interpret_call(kernel, args, out_shapes, grid, constexprs):
+  """The same launch, run by Triton's interpreter on the host."""
+  _fix_interpreter_bf16_dot()
+  arrays = [a for a in args if not isinstance(a, int)]
+
+  def host(*vals):
+    import torch  # pylint: disable=g-import-not-at-top
+    it = iter(vals)
+    full = [a if isinstance(a, int) else _to_torch(next(it)) for a in args]
+    # Poisoned outputs: an element the kernel forgets to write shows up as NaN.
+    outs = [torch.full(s.shape, float("nan"), dtype=_torch_dtype(s.dtype)) for s in out_shapes]
+    kernel[grid](*full, *outs, **constexprs)
+    return tuple(_from_torch(o, s.dtype) for o, s in zip(outs, out_shapes))
+
+  return jax.pure_callback(host, tuple(out_shapes), *arrays)
+
+
+def _call(kernel, *args, out_shapes, grid, num_warps, num_stages, name, interpret,
+          **constexprs):
+  if interpret:
+    return _interpret_call(kernel, args, out_shapes, grid, constexprs)
+  return _compat.triton_call(*args, kernel=kernel, out_shapes=out_shapes, grid=grid,
+                             name=name, num_warps=num_warps, num_stages=num_stages,
+                             **constexprs)
+
+
+def _offsets(offsets) -> jax.Array:
+  return jnp.stack([jnp.asarray(o, jnp.int32) for o in offsets])
+
+
+# ---------------------------------------------------------------------- launchers
+def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret):
+  """Row (and column) log-sum-exp of the masked block, natural log units."""
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.fwd_block_m, config.fwd_block_n
+  block_d, num_d = _chunks(d, config.block_d)
+  row_tiles = _cdiv(n, bm)
+  programs = min(row_tiles, config.max_programs) if two_sided else row_tiles
+  splits, per_split = _splits(m, bn, programs, config)
+  f32 = jnp.float32
+  scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
+  thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32)
+  out_shapes = [jax.ShapeDtypeStruct((splits, n), f32),
+                jax.ShapeDtypeStruct((programs, m) if two_sided else (1,), f32)]
+  lse_row, lse_col = _call(
+      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), n, m, d, d, d, per_split,
+      out_shapes=out_shapes, grid=(programs, splits),
+      num_warps=config.fwd_num_warps, num_stages=config.fwd_num_stages,
+      name="memeff/lse_fwd", interpret=interpret, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d,
+      NUM_D=num_d, ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self,
+      TWO_SIDED=two_sided, PRECISION=config.precision)
+  lse_row = jax.nn.logsumexp(lse_row * LN2, axis=0)
+  lse_col = jax.nn.logsumexp(lse_col * LN2, axis=0) if two_sided else None
+  return lse_row, lse_col
+
+
+def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, out_dtype, config, interpret):
+  """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij)`` for the rows of x (see grad_bwd)."""
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.bwd_block_m, config.bwd_block_n
+  block_d, num_d = _chunks(d, config.block_d)
+  block_do, num_do = _chunks(d, config.bwd_block_do)
+  splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
+  f32 = jnp.float32
+  g_max = jnp.zeros((), f32)
+  for side in (row, col):
+    if side is not None:
+      g_max = jnp.maximum(g_max, jnp.max(jnp.abs(side.g)).astype(f32))
+  g_max = jnp.where(jnp.isfinite(g_max) & (g_max > 0), g_max, 1.0)
+  scal = jnp.stack([scale * LOG2E, scale * g_max, g_max]).astype(f32)
+  dummy = jnp.zeros((1,), f32)
+
+  def stats(side):
+    if side is None:
+      return dummy, dummy, dummy
+    thr = dummy if side.thr is None else side.thr.astype(f32)
+    return (side.lse * LOG2E).astype(f32), (side.g / g_max).astype(f32), thr
+
+  dx_dtype = out_dtype if splits == 1 else f32
+  out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
+                jax.ShapeDtypeStruct((splits, n), f32)]
+  dx, cs = _call(
+      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *stats(row), *stats(col), n, m, d, d, d,
+      per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
+      num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
+      name="memeff/lse_bwd", interpret=interpret, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d,
+      NUM_D=num_d, BLOCK_DO=block_do, REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d),
+      HAS_ROW=row is not None, HAS_COL=col is not None,
+      ROW_THR=row is not None and row.thr is not None,
+      COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
+      PRECISION=config.precision)
+  dx = dx[0] if splits == 1 else jnp.sum(dx, axis=0)
+  return dx.astype(out_dtype), jnp.sum(cs, axis=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonBackend:
+  """The Triton kernels behind the ``fwd_stats`` / ``bwd`` contract of ``_core``."""
+
+  interpret: bool = False
+
+  @property
+  def name(self) -> str:
+    return "interpret" if self.interpret else "triton"
+
+  def _config(self, spec, x) -> KernelConfig:
+    if spec.dims is not None:
+      raise NotImplementedError(
+          f"prefix (Matryoshka) dims are not implemented by backend={self.name!r} yet; "
+          f"use backend='blockwise'")
+    if spec.config is not None:
+      return spec.config
+    return default_config(x.shape[1], x.dtype, interpret=self.interpret)
+
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):
+    del x_tab, y_tab
+    return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
+                   exclude_self=spec.exclude_self, config=self._config(spec, x),
+                   interpret=self.interpret)
+
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, out_dtype):
+    del x_tab, y_tab
+    return lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
+                   out_dtype=out_dtype, config=self._config(spec, x), interpret=self.interpret)

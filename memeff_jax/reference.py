@@ -1,0 +1,255 @@
+"""Dense, obviously correct jnp versions of every loss (MATH.md, with the z-loss).
+
+They materialize the [n, c] logits and call ``jax.nn.logsumexp``: O(B^2) memory,
+no tricks. Tests, docs and ``backend="reference"`` use them; they define each loss.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from memeff_jax._terms import ContrastiveStats, normalize, stable_scale
+
+__all__ = ["clip_loss", "clip_loss_with_stats", "lit_loss", "lit_loss_with_stats", "qwen3_loss",
+           "qwen3_loss_with_stats", "lit_qwen3_loss", "lit_qwen3_loss_with_stats",
+           "matryoshka", "matryoshka_fused", "ContrastiveStats", "normalize"]
+
+_HI = lax.Precision.HIGHEST
+
+
+def _acc(dtype):
+  return jnp.promote_types(dtype, jnp.float32)   # fp32 accumulation (fp64 for fp64)
+
+
+def _sims(u, v):
+  # [n, d] @ [d, m] -> [n, m] raw similarities
+  return jnp.dot(u, v.T, preferred_element_type=_acc(u.dtype), precision=_HI)
+
+
+def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
+  """Row softmaxes over candidate similarities ``raw`` [n, c].
+
+  nominal: the row's candidate set (the smoothing target's support); keep: the
+  candidates that enter the denominator; is_pos: each row's positive.
+  Returns (ell [n] incl. smoothing, lse [n] = log Den).
+  """
+  logits = scale * raw
+  cand = jnp.where(keep, logits, -jnp.inf)
+  pos = jnp.sum(jnp.where(is_pos, logits, 0.0), axis=-1)
+  if tau is None:
+    lse = jax.nn.logsumexp(cand, axis=-1)
+  elif n_neg == 0:
+    lse = pos
+  else:
+    # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
+    # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
+    neg = jax.nn.logsumexp(jnp.where(is_pos, -jnp.inf, cand), axis=-1)
+    shift = lax.stop_gradient(jnp.maximum(neg, pos))   # keeps exp() in fp32 range
+    g = (jnp.exp(neg - shift) / n_neg - tau * jnp.exp(pos - shift)) / (1.0 - tau)
+    floor = jnp.exp(-scale - shift)
+    lse = shift + jnp.log(jnp.exp(pos - shift) + n_neg * jnp.where(g < floor, floor, g))
+  nominal = jnp.broadcast_to(nominal, raw.shape)
+  n_cand = jnp.sum(nominal, axis=-1).astype(logits.dtype)
+  # Smoothed target (F.cross_entropy convention) over the nominal candidates:
+  # T = (1 - eps) [c = pos] + eps / C; a masked candidate keeps its eps / C share.
+  target = (1.0 - eps) * is_pos + jnp.where(nominal, eps / n_cand[:, None], 0.0)
+  ell = lse - jnp.sum(target * jnp.where(nominal, logits, 0.0), axis=-1)
+  return ell, lse
+
+
+def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale):
+  """Average the softmax directions, add the z-loss, apply the stable factor."""
+  loss = sum(jnp.mean(e) for e in ells) / len(ells)
+  z = lse_square_scale * sum(jnp.mean(l * l) for l in lses) / len(lses)
+  loss = stable_scale(loss + z, stable=stable, batch=batch, temperature=temperature)
+  return loss, z
+
+
+def _scale(temperature, x):
+  """1 / t in fp32, or in fp64 for fp64 features (float64 oracles)."""
+  dtype = jnp.float64 if x.dtype == jnp.float64 else jnp.float32
+  return 1.0 / jnp.asarray(temperature, dtype)
+
+
+def _tau(tau):
+  if isinstance(tau, (int, float)):
+    return None if tau == 0.0 else float(tau)
+  tau = jnp.asarray(tau)
+  return lax.stop_gradient(tau.astype(jnp.promote_types(tau.dtype, jnp.float32)))
+
+
+def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
+                         normalized_inputs=False, stable=True, tau_plus=0.0,
+                         label_smoothing=0.0, lse_square_scale=0.0):
+  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (MATH 2, 6)."""
+  x, y = image_features, text_features
+  if not normalized_inputs:
+    x, y = normalize(x), normalize(y)
+  b = x.shape[0]
+  scale = _scale(temperature, x)
+  s = _sims(x, y)                                   # [b, b]
+  eye = jnp.eye(b, dtype=bool)
+  opts = dict(n_neg=b - 1, tau=_tau(tau_plus), eps=label_smoothing)
+  ell_r, lse_r = _softmaxes(s, True, True, eye, scale, **opts)
+  ell_c, lse_c = _softmaxes(s.T, True, True, eye, scale, **opts)
+  loss, z = _finish([ell_r, ell_c], [lse_r, lse_c], batch=b, temperature=temperature,
+                    stable=stable, lse_square_scale=lse_square_scale)
+  return loss, ContrastiveStats(z, lse_r, lse_c)
+
+
+def clip_loss(image_features, text_features, **kwargs):
+  return clip_loss_with_stats(image_features, text_features, **kwargs)[0]
+
+
+def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
+                        normalized_inputs=False, stable=True, tau_plus=0.0,
+                        label_smoothing=0.0, lse_square_scale=0.0):
+  """Dense LiT: CE(S/t, diag) over rows; the image tower is locked (MATH 3)."""
+  x, y = text_features, lax.stop_gradient(image_features)
+  if not normalized_inputs:
+    x, y = normalize(x), normalize(y)
+  b = x.shape[0]
+  scale = _scale(temperature, x)
+  ell, lse = _softmaxes(_sims(x, y), True, True, jnp.eye(b, dtype=bool), scale, n_neg=b - 1,
+                        tau=_tau(tau_plus), eps=label_smoothing)
+  loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
+                    lse_square_scale=lse_square_scale)
+  return loss, ContrastiveStats(z, lse, None)
+
+
+def lit_loss(text_features, image_features, **kwargs):
+  return lit_loss_with_stats(text_features, image_features, **kwargs)[0]
+
+
+def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, stable,
+           tau_plus, label_smoothing, lse_square_scale):
+  if not normalized_inputs:
+    q, d = normalize(q), normalize(d)
+    h = None if h is None else normalize(h)
+  b, k = q.shape[0], (0 if h is None else h.shape[1])
+  scale = _scale(temperature, q)
+  not_self = ~jnp.eye(b, dtype=bool)                   # q-q / d-d exclude the self pair
+  s_qd = _sims(q, d)
+  # Row i: [ q_i.d_j | q_i.q_j (j != i) | d_i.d_j (j != i) | q_i.h_ik ]
+  blocks, nominal = [s_qd], [jnp.ones((b, b), bool)]
+  if use_qq:
+    blocks.append(_sims(q, q))
+    nominal.append(not_self)
+  if use_dd:
+    blocks.append(_sims(d, d))
+    nominal.append(not_self)
+  if k:
+    blocks.append(jnp.einsum("id,ikd->ik", q, h, preferred_element_type=_acc(q.dtype),
+                             precision=_HI))
+    nominal.append(jnp.ones((b, k), bool))
+  raw, nominal = jnp.concatenate(blocks, axis=-1), jnp.concatenate(nominal, axis=-1)
+  pos = jnp.diagonal(s_qd)
+  threshold = lax.stop_gradient(pos + margin)          # raw cosine units, no gradient
+  keep = nominal & (raw <= threshold[:, None])         # non-strict: drop only s > pos + margin
+  is_pos = jnp.zeros(raw.shape, bool).at[:, :b].set(jnp.eye(b, dtype=bool))
+  n_neg = (b - 1) * (1 + int(use_qq) + int(use_dd)) + k
+  ell, lse = _softmaxes(raw, nominal, keep, is_pos, scale, n_neg=n_neg, tau=_tau(tau_plus),
+                        eps=label_smoothing)
+  loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
+                    lse_square_scale=lse_square_scale)
+  return loss, ContrastiveStats(z, lse, None)
+
+
+def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
+                          temperature=0.07, margin=0.1, use_qq_negatives=False,
+                          use_dd_negatives=False, normalized_inputs=False, stable=True,
+                          tau_plus=0.0, label_smoothing=0.0, lse_square_scale=0.0):
+  """Dense Qwen3-Embedding InfoNCE with the false-negative mask (MATH 4)."""
+  return _qwen3(query_features, doc_features, hard_negatives, temperature=temperature,
+                margin=margin, use_qq=use_qq_negatives, use_dd=use_dd_negatives,
+                normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
+                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
+
+
+def qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
+  return qwen3_loss_with_stats(query_features, doc_features, hard_negatives, **kwargs)[0]
+
+
+def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
+                              temperature=0.07, margin=0.1, use_qq_negatives=False,
+                              normalized_inputs=False, stable=True, tau_plus=0.0,
+                              label_smoothing=0.0, lse_square_scale=0.0):
+  """Dense LiT-Qwen3: documents and hard negatives locked, no d-d group (MATH 5)."""
+  h = None if hard_negatives is None else lax.stop_gradient(hard_negatives)
+  return _qwen3(query_features, lax.stop_gradient(doc_features), h, temperature=temperature,
+                margin=margin, use_qq=use_qq_negatives, use_dd=False,
+                normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
+                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
+
+
+def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
+  return lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives, **kwargs)[0]
+
+
+def _check_dims(dims, weights):
+  dims = tuple(int(m) for m in dims)
+  if not dims or list(dims) != sorted(set(dims)) or dims[0] < 1:
+    raise ValueError(f"dims must be a non-empty, strictly increasing tuple of positive ints, "
+                     f"got dims={dims}")
+  weights = (1.0,) * len(dims) if weights is None else tuple(float(w) for w in weights)
+  if len(weights) != len(dims):
+    raise ValueError(f"weights must have one entry per dim, got {len(weights)} weights for "
+                     f"dims={dims}")
+  return dims, weights
+
+
+def _prefix_unit(v, m):
+  """Prefix ``v[..., :m]`` renormalized in fp32 (MATH 7.2)."""
+  p = v[..., :m].astype(_acc(v.dtype))
+  return p / jnp.maximum(jnp.linalg.norm(p, axis=-1, keepdims=True), 1e-12)
+
+
+def matryoshka_fused(loss_fn: Callable, *features, dims: Sequence[int], weights=None,
+                     normalized_inputs=False, **kwargs):
+  """Fused Matryoshka semantics (MATH 7): sum_k w_k loss_fn on fp32 prefix unit vectors.
+
+  The features are normalized once in their dtype (unless ``normalized_inputs``),
+  then **every** prefix, the full one included, is renormalized in fp32.
+  ``dims[-1]`` must equal the feature size. ``loss_fn`` is one of this module's losses.
+  """
+  dims, weights = _check_dims(dims, weights)
+  d = features[0].shape[-1]
+  if dims[-1] != d:
+    raise ValueError(f"fused Matryoshka needs dims[-1] == features={d}, got dims={dims}")
+  feats = [f if (f is None or normalized_inputs) else normalize(f) for f in features]
+  total = 0.0
+  for m, w in zip(dims, weights):
+    prefix = [None if f is None else _prefix_unit(f, m) for f in feats]
+    total = total + w * loss_fn(*prefix, normalized_inputs=True, **kwargs)
+  return total
+
+
+def matryoshka(loss_fn: Callable, dims: Sequence[int], weights=None) -> Callable:
+  """Eager Matryoshka wrapper (MATH 8): ``sum_k w_k loss_fn(features[..., :m_k])``.
+
+  Every feature array (positional, or the ``hard_negatives`` keyword) is sliced to
+  its prefix; the base loss normalizes each raw slice itself, so
+  ``normalized_inputs=True`` is refused.
+  """
+  dims, weights = _check_dims(dims, weights)
+
+  def wrapped(*features, **kwargs):
+    if kwargs.get("normalized_inputs", False):
+      raise ValueError("matryoshka needs normalized_inputs=False: every prefix is renormalized")
+    d = features[0].shape[-1]
+    if dims[-1] > d:
+      raise ValueError(f"dims[-1] must be <= features={d}, got dims={dims}")
+    total = 0.0
+    for m, w in zip(dims, weights):
+      cut = lambda f: f[..., :m] if (hasattr(f, "ndim") and f.ndim >= 2) else f
+      kw = dict(kwargs)
+      if kw.get("hard_negatives") is not None:
+        kw["hard_negatives"] = cut(kw["hard_negatives"])
+      total = total + w * loss_fn(*[cut(f) for f in features], **kw)
+    return total
+
+  return wrapped

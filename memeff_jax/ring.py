@@ -1,0 +1,205 @@
+"""The ring: per-shard drivers of the block statistics and their gradients, and
+``sharded``, the shard_map convenience wrapper for callers holding global arrays.
+
+Inside ``shard_map`` each device holds a contiguous shard of both towers. The
+column tower travels around the ring with ``lax.ppermute`` (i -> i + 1): at hop h
+device r computes on the block that started on device (r - h) mod W, sending it on
+before computing, so XLA can overlap the transfer with the kernels. Column
+statistics (forward) and column gradients (backward) ride with their block and
+arrive home after one lap, so per-device memory stays O(local batch * d): nothing
+is ever assembled. The custom_vjp in ``_core`` wraps the whole ring, and the
+backward ring is explicit here. Without an axis the ring has one device and one hop.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Hashable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+from jax.sharding import Mesh, PartitionSpec as P
+
+from memeff_jax._compat import to_varying, varying_axes
+
+
+class Need(NamedTuple):
+  """Which primal inputs of the block op need a gradient."""
+
+  x: bool
+  y: bool
+  scale: bool
+  x_tab: bool
+  y_tab: bool
+
+
+def check_axis(axis_name) -> None:
+  """A clear error when a loss gets an axis_name outside shard_map."""
+  if axis_name is None:
+    return
+  try:
+    lax.axis_index(axis_name)
+  except NameError as e:
+    raise ValueError(f"axis_name={axis_name!r} is not bound here: call the loss inside "
+                     f"jax.shard_map over a mesh with that axis, or wrap it with "
+                     f"memeff_jax.sharded") from e
+
+
+def _ring(axis_name):
+  if axis_name is None:
+    return 1, 0, None
+  size = lax.axis_size(axis_name)
+  # Rotation i -> i + 1, defined once.
+  shift = functools.partial(lax.ppermute, axis_name=axis_name,
+                            perm=[(i, (i + 1) % size) for i in range(size)])
+  return size, lax.axis_index(axis_name), shift
+
+
+def _lap(size, step, carry):
+  """Hops 0 .. size-2 send the visiting block on; the last hop keeps it."""
+  carry = lax.fori_loop(0, size - 1, lambda h, c: step(h, c, True), carry)
+  return step(size - 1, carry, False)
+
+
+def forward(spec, x, y, scale, row_thr, x_tab, y_tab):
+  """``(lse_row, lse_col)`` of this device's rows / columns over the whole ring."""
+  be, axis = spec.backend, spec.axis_name
+  if spec.symmetric:
+    y, y_tab = x, x_tab
+  size, me, shift = _ring(axis)
+  n, m = x.shape[0], y.shape[0]
+
+  def hop(h, y_vis, yt_vis):
+    src = (me - h) % size
+    return be.fwd_stats(x, y_vis, scale, row_thr=row_thr, x_tab=x_tab, y_tab=yt_vis,
+                        offsets=(me * n, src * m), spec=spec)
+
+  if size == 1:
+    return hop(0, y, y_tab)
+
+  def step(h, carry, send):
+    y_vis, yt_vis, lse_row, lse_col = carry
+    y_next, yt_next = shift((y_vis, yt_vis)) if send else (y_vis, yt_vis)
+    r, c = hop(h, y_vis, yt_vis)
+    lse_row = jnp.logaddexp(lse_row, r)
+    if spec.two_sided:   # the column partials ride with their block and arrive home
+      lse_col = shift(jnp.logaddexp(lse_col, c))
+    return y_next, yt_next, lse_row, lse_col
+
+  k = () if spec.dims is None else (len(spec.dims),)
+  full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, jnp.float32), axis)
+  init = (y, y_tab, full(n), full(m) if spec.two_sided else None)
+  _, _, lse_row, lse_col = _lap(size, step, init)
+  return lse_row, lse_col
+
+
+def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
+  """``(dx, dy, dscale, dx_tab, dy_tab)``; None where ``need`` says no.
+
+  row: this device's row-role ``Side``; col: its column-role ``Side`` (two-sided
+  blocks). A symmetric block sends its rows' Side round with the block instead:
+  each device then computes only its own rows' gradient, both roles folded.
+  """
+  be, axis, sym = spec.backend, spec.axis_name, spec.symmetric
+  if sym:
+    y, y_tab, col = x, x_tab, row
+  size, me, shift = _ring(axis)
+  n, m = x.shape[0], y.shape[0]
+  want_y = (not sym) and (need.y or need.y_tab)
+  want_x = need.x or need.x_tab or (need.scale and not want_y)
+  acc = x.dtype if size == 1 else jnp.float32
+
+  def pass_x(y_vis, yt_vis, col_vis, src):   # rows of x: dx, sum_j c_ij s_ij
+    return be.bwd(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
+                  offsets=(me * n, src * m), spec=spec, out_dtype=acc)
+
+  def pass_y(y_vis, yt_vis, col_vis, src):   # rows of y: the same coefficients, transposed
+    return be.bwd(y_vis, x, scale, row=col_vis, col=row, x_tab=yt_vis, y_tab=x_tab,
+                  offsets=(src * m, me * n), spec=spec, out_dtype=acc if size == 1 else jnp.float32)
+
+  dx = cs_x = dy = cs_y = None
+  if size == 1:
+    if want_x:
+      dx, cs_x = pass_x(y, y_tab, col, 0)
+    if want_y:
+      dy, cs_y = pass_y(y, y_tab, col, 0)
+  else:
+    zeros = lambda shape: to_varying(jnp.zeros(shape, jnp.float32), axis)
+    k = () if spec.dims is None else (len(spec.dims),)
+
+    def step(h, carry, send):
+      y_vis, yt_vis, col_vis, dx, cs_x, dy, cs_y = carry
+      src = (me - h) % size
+      travel = (y_vis, yt_vis, col_vis)
+      nxt = shift(travel) if send else travel
+      if want_x:
+        d, c = pass_x(y_vis, yt_vis, col_vis, src)
+        dx, cs_x = dx + d, cs_x + c
+      if want_y:   # the visiting block's gradient rides with it and arrives home
+        d, c = pass_y(y_vis, yt_vis, col_vis, src)
+        dy, cs_y = shift((dy + d, cs_y + c))
+      return (*nxt, dx, cs_x, dy, cs_y)
+
+    init = (y, y_tab, col,
+            zeros(x.shape) if want_x else None, zeros(k + (n,)) if want_x else None,
+            zeros(y.shape) if want_y else None, zeros(k + (m,)) if want_y else None)
+    _, _, _, dx, cs_x, dy, cs_y = _lap(size, step, init)
+
+  dscale = dx_tab = dy_tab = None
+  if need.scale:
+    # sum_ij c_ij s_ij; a symmetric pass counts every pair from both of its rows.
+    dscale = jnp.sum(cs_x if cs_x is not None else cs_y) * (0.5 if sym else 1.0)
+    if axis is not None and axis not in varying_axes(scale):
+      dscale = lax.psum(dscale, axis)
+  if need.x_tab:
+    dx_tab = scale * cs_x / x_tab
+  if need.y_tab:
+    dy_tab = scale * cs_y / y_tab
+  dx = dx.astype(x.dtype) if need.x else None
+  dy = dy.astype(y.dtype) if (need.y and not sym) else None
+  return dx, dy, dscale, dx_tab, dy_tab
+
+
+def sharded(loss_fn: Callable, mesh: Mesh, axis_name: Hashable) -> Callable:
+  """Run ``loss_fn`` over global arrays sharded along ``axis_name`` of ``mesh``.
+
+  Returns ``f(*arrays, **kwargs)``: every array argument with a leading batch axis
+  (positional, or a keyword such as a per-row ``tau_plus``) is split along it into
+  contiguous shards, 0-d arrays (a learnable temperature) are replicated, and
+  ``loss_fn(..., axis_name=axis_name)`` runs once per device under
+  ``jax.shard_map``. The loss comes back replicated; per-row statistics come back
+  as global arrays sharded along ``axis_name``. Differentiate ``f`` directly: its
+  gradients are those of the global loss.
+
+  Raises:
+    ValueError: if the global batch does not split into equal shards.
+  """
+  size = mesh.shape[axis_name]
+
+  def spec_of(v):
+    return P() if jnp.ndim(v) == 0 else P(axis_name)
+
+  def f(*args, **kwargs):
+    arrays = {k: v for k, v in kwargs.items() if isinstance(v, (jax.Array, jnp.ndarray))}
+    static = {k: v for k, v in kwargs.items() if k not in arrays}
+    for name, v in [(f"argument {i}", a) for i, a in enumerate(args)] + list(arrays.items()):
+      if v is not None and jnp.ndim(v) > 0 and v.shape[0] % size:
+        raise ValueError(f"{name} with shape {v.shape} does not split into {size} equal "
+                         f"shards along axis {axis_name!r} (batch % devices != 0)")
+
+    def per_shard(args, arrays):
+      return loss_fn(*args, **arrays, **static, axis_name=axis_name)
+
+    local = lambda v: jax.ShapeDtypeStruct((v.shape[0] // size,) + v.shape[1:], v.dtype) \
+        if jnp.ndim(v) > 0 else jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
+    # The output structure does not depend on the ring: trace it on one shard.
+    shapes = jax.eval_shape(lambda a, k: loss_fn(*a, **k, **static),
+                            jax.tree.map(local, args), jax.tree.map(local, arrays))
+    in_specs = (jax.tree.map(spec_of, args), jax.tree.map(spec_of, arrays))
+    # check_vma=True: JAX tracks which values vary over the axis, which is what
+    # makes a replicated loss differentiate to the global loss's local gradient.
+    return jax.shard_map(per_shard, mesh=mesh, in_specs=in_specs,
+                         out_specs=jax.tree.map(spec_of, shapes), check_vma=True)(args, arrays)
+
+  return f

@@ -1,0 +1,31 @@
+"""Test setup: 8 forced host devices for the ring tests and Triton's interpreter on
+CPU-only machines. Both must be set before jax / triton are first imported."""
+
+import os
+
+os.environ.setdefault("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+  os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+# On a GPU machine the Triton kernels compile for the GPU ("-m gpu" tests); elsewhere
+# they run under the interpreter (backend="interpret").
+HAS_GPU = os.path.exists("/dev/nvidia0") or os.environ.get("MEMEFF_TEST_GPU") == "1"
+if not HAS_GPU:
+  os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import jax  # noqa: E402  pylint: disable=g-import-not-at-top
+import pytest  # noqa: E402  pylint: disable=g-import-not-at-top
+
+
+def pytest_collection_modifyitems(config, items):
+  if HAS_GPU:
+    return
+  skip = pytest.mark.skip(reason="needs a CUDA GPU with jax-triton (run on the device)")
+  for item in items:
+    if "gpu" in item.keywords:
+      item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _cpu_devices():
+  if not HAS_GPU:
+    assert jax.device_count() >= 8, "XLA_FLAGS was set too late: jax was imported first"
