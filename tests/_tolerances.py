@@ -1,29 +1,32 @@
-"""dtype -> (value rtol, gradient tolerance); every loosened entry says why.
+"""Tolerances. Every comparison is against the float64 reference on the same inputs.
 
-Gradient errors are measured as max|g - g_ref| / max|g_ref| (errors relative to the
-largest entry: a softmax gradient has many tiny entries whose relative error is
-meaningless); values by a plain relative error.
+fp32: fixed bounds. fp16/bf16 (flash-attention's rule): the error may be up to 2x the
+error of the plain low-precision jnp version (the reference run on the same 16-bit
+inputs: 16-bit normalized vectors, fp32 accumulation) plus a small atol, because the
+inputs' rounding, amplified by 1/t, dominates and varies from case to case.
+
+Gradient errors are max|g - g_ref| / max|g_ref| (relative to the largest entry: a
+softmax gradient has many tiny entries whose own relative error means nothing);
+value errors are plain relative errors.
 """
 
 import jax.numpy as jnp
 import numpy as np
 
-TOL = {
-    # fp32: blockwise uses HIGHEST-precision dots, the interpreter exact fp32 ones;
-    # what remains is summation order over <= 1000 terms.
-    jnp.dtype(jnp.float32): (2e-5, 2e-4),
-    # fp16: inputs rounded to 11 bits; the gradient dot casts its coefficient tile
-    # to fp16 (as memeff's FA path does) and gradients come back in fp16.
-    jnp.dtype(jnp.float16): (2e-3, 1.5e-2),
-    # bf16: 8-bit mantissa; the same casts as fp16 with 3 fewer bits.
-    jnp.dtype(jnp.bfloat16): (8e-3, 6e-2),
+FP32 = (2e-5, 2e-4)   # (value, gradient): summation order over <= 1000 terms, HIGHEST dots
+LOW = {
+    # (value atol, gradient atol) on top of 2x the plain 16-bit version's error: the
+    # kernels also cast their coefficient tile to the input dtype for the gradient dot
+    # (as memeff's FA path does), and gradients come back in the input dtype.
+    jnp.dtype(jnp.float16): (1e-3, 1e-2),
+    jnp.dtype(jnp.bfloat16): (4e-3, 3e-2),
 }
 
 
-def grad_err(g, ref) -> float:
+def grad_err(g, ref, floor: float = 1e-6) -> float:
+  """max|g - ref| / max(max|ref|, floor)."""
   g, ref = np.asarray(g, np.float64), np.asarray(ref, np.float64)
-  scale = np.max(np.abs(ref))
-  return float(np.max(np.abs(g - ref)) / scale) if scale > 0 else float(np.max(np.abs(g)))
+  return float(np.max(np.abs(g - ref)) / max(np.max(np.abs(ref)), floor))
 
 
 def rel_err(v, ref) -> float:

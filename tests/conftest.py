@@ -29,3 +29,11 @@ def pytest_collection_modifyitems(config, items):
 def _cpu_devices():
   if not HAS_GPU:
     assert jax.device_count() >= 8, "XLA_FLAGS was set too late: jax was imported first"
+
+
+def pytest_terminal_summary(terminalreporter):
+  from tests import _check  # pylint: disable=g-import-not-at-top
+  for dtype, (v, g) in sorted(_check.LARGEST.items()):
+    terminalreporter.write_line(f"largest errors vs the float64 reference, {dtype}: "
+                                f"value {v:.2e} (relative), gradient {g:.2e} "
+                                f"(relative to the largest entry)")

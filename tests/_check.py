@@ -1,0 +1,69 @@
+"""Public loss vs reference: values and gradients (every array input and the
+temperature) under jax.jit, with the tolerances of _tolerances."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from tests._tolerances import FP32, LOW, grad_err, rel_err
+
+# dtype name -> [largest value error, largest gradient error] seen this session
+# (printed by conftest's terminal summary).
+LARGEST = {}
+
+
+def features(seed, shapes, dtype):
+  keys = jax.random.split(jax.random.key(seed), len(shapes))
+  return [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
+
+
+def _value_and_grads(f, arrays, t, kwargs, check_dtypes=False):
+  n = len(arrays)
+  g = lambda *a: f(*a[:n], temperature=a[n], **kwargs)
+  val, grads = jax.jit(jax.value_and_grad(g, argnums=tuple(range(n + 1))))(*arrays, t)
+  if check_dtypes:   # cotangents come back in their primal's dtype
+    assert [v.dtype for v in grads] == [a.dtype for a in arrays] + [jnp.float32], grads
+  return np.asarray(val, np.float64), [np.asarray(v, np.float64) for v in grads]
+
+
+def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_floor=1e-6,
+            **kwargs):
+  """Assert fn(*arrays, temperature=t, **kwargs) matches ref_fn in value and gradients.
+
+  The oracle is ref_fn in float64 on the same (possibly 16-bit) inputs. For 16-bit
+  inputs the bound is 2x the error of ref_fn run on the 16-bit inputs, plus LOW's atol.
+  grad_floor: the smallest max|g_ref| that gradient errors are divided by. With d = 1
+  every unit vector is +-1: the tower gradients are exactly zero (normalization
+  projects everything away), and the temperature's can be too; only rounding noise is
+  left, so pass the natural size of these gradients, 1/t (the temperature's is a
+  difference of terms s/t^2 weighted by probabilities).
+  Returns (value error, [gradient errors]).
+  """
+  n = len(arrays)
+  val = fn(*arrays, temperature=jnp.float32(temperature), **kwargs)
+  assert val.dtype == jnp.float32 and val.shape == (), (val.dtype, val.shape)
+  val, grads = _value_and_grads(fn, arrays, jnp.float32(temperature), kwargs, True)
+  with jax.enable_x64(True):
+    to64 = lambda v: jnp.asarray(np.asarray(v, np.float64)) if isinstance(v, jax.Array) else v
+    ref_val, ref_grads = _value_and_grads(ref_fn, [to64(a.astype(jnp.float32)) for a in arrays],
+                                          jnp.float64(temperature),
+                                          {k: to64(v) for k, v in kwargs.items()})
+  floors = [grad_floor] * (n + 1)
+  if jnp.dtype(dtype) == jnp.float32:
+    v_tol, g_tols = FP32[0], [FP32[1]] * (n + 1)
+  else:   # the plain 16-bit version's own error sets the bound
+    lp_val, lp_grads = _value_and_grads(ref_fn, arrays, jnp.float32(temperature), kwargs)
+    v_atol, g_atol = LOW[jnp.dtype(dtype)]
+    v_tol = 2 * rel_err(lp_val, ref_val) + v_atol
+    g_tols = [2 * grad_err(a, r, f) + g_atol for a, r, f in zip(lp_grads, ref_grads, floors)]
+  v_err = rel_err(val, ref_val)
+  assert np.isfinite(val) and v_err <= v_tol, ("value", float(val), float(ref_val), v_err, v_tol)
+  errs = []
+  for i, (g, r) in enumerate(zip(grads, ref_grads)):
+    assert np.all(np.isfinite(g)), f"gradient {i} is not finite"
+    e = grad_err(g, r, floors[i])
+    errs.append(e)
+    assert e <= g_tols[i], (f"gradient {i}", e, g_tols[i])
+  worst = LARGEST.setdefault(jnp.dtype(dtype).name, [0.0, 0.0])
+  worst[0], worst[1] = max(worst[0], v_err), max([worst[1]] + errs)
+  return v_err, errs

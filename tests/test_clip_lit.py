@@ -1,0 +1,120 @@
+"""clip_loss / lit_loss vs the dense reference: values and gradients w.r.t. both towers
+and the temperature, under jit, over backend x dtype x shape x option."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memeff_jax import clip_loss, clip_loss_with_stats, lit_loss, lit_loss_with_stats, reference
+from tests._check import compare, features
+
+LOSSES = {"clip": (clip_loss, reference.clip_loss), "lit": (lit_loss, reference.lit_loss)}
+BACKENDS = ["blockwise", "interpret"]
+DTYPES = [jnp.float32, jnp.bfloat16]
+SHAPES = list(itertools.product([1, 7, 129, 1000], [1, 16, 40, 72, 384]))
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b,d", SHAPES)
+def test_shapes(loss, backend, dtype, b, d):
+  fn, ref = LOSSES[loss]
+  x, y = features(b * 1000 + d, [(b, d), (b, d)], dtype)
+  compare(lambda *a, **k: fn(*a, backend=backend, **k), ref, [x, y], dtype=dtype,
+          grad_floor=1 / 0.07 if d == 1 else 1e-6)
+
+
+def _tau_rows(b):
+  return jnp.asarray(np.random.default_rng(b).uniform(0.0, 0.6, b), jnp.float32)
+
+
+OPTIONS = {
+    "plain": {},
+    "no_stable": dict(stable=False),
+    "normalized": dict(normalized_inputs=True),
+    "tau": dict(tau_plus=0.1),
+    "tau_rows": dict(tau_plus="rows"),
+    "tau_rows_zero": dict(tau_plus="zeros"),   # an array of zeros still debiases
+    "smoothing": dict(label_smoothing=0.1),
+    "zloss": dict(lse_square_scale=1e-3),
+    "t_small": dict(temperature=0.01),
+    "t_one": dict(temperature=1.0),
+    "tau_smooth": dict(tau_plus=0.2, label_smoothing=0.2),
+    "all": dict(tau_plus="rows", label_smoothing=0.05, lse_square_scale=1e-2, stable=False,
+                temperature=0.05),
+}
+
+
+def _options(opts, b):
+  opts = dict(opts)
+  if opts.get("tau_plus") == "rows":
+    opts["tau_plus"] = _tau_rows(b)
+  elif opts.get("tau_plus") == "zeros":
+    opts["tau_plus"] = jnp.zeros((b,), jnp.float32)
+  return opts
+
+
+@pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("b,d", [(7, 16), (129, 72)])
+def test_options(loss, backend, option, b, d):
+  fn, ref = LOSSES[loss]
+  opts = _options(OPTIONS[option], b)
+  t = opts.pop("temperature", 0.07)
+  x, y = features(b + d, [(b, d), (b, d)], jnp.float32)
+  if opts.get("normalized_inputs"):
+    x, y = x / jnp.linalg.norm(x, axis=-1, keepdims=True), y / jnp.linalg.norm(y, axis=-1,
+                                                                                 keepdims=True)
+  compare(lambda *a, **k: fn(*a, backend=backend, **k), ref, [x, y], temperature=t, **opts)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("option", ["tau_rows", "smoothing", "all"])
+def test_options_low_precision(backend, dtype, option):
+  b, d = 129, 72
+  opts = _options(OPTIONS[option], b)
+  t = opts.pop("temperature", 0.07)
+  x, y = features(3, [(b, d), (b, d)], dtype)
+  compare(lambda *a, **k: clip_loss(*a, backend=backend, **k), reference.clip_loss, [x, y],
+          temperature=t, dtype=dtype, **opts)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_lit_image_gradient_is_exactly_zero(backend):
+  x, y = features(0, [(33, 24), (33, 24)], jnp.float32)
+  g = jax.jit(jax.grad(lambda x, y: lit_loss(x, y, backend=backend, tau_plus=0.1,
+                                              label_smoothing=0.1), argnums=1))(x, y)
+  np.testing.assert_array_equal(g, 0.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stats(backend):
+  x, y = features(1, [(50, 24), (50, 24)], jnp.float32)
+  kw = dict(tau_plus=0.1, lse_square_scale=0.01)
+  for fn, ref in [(clip_loss_with_stats, reference.clip_loss_with_stats),
+                  (lit_loss_with_stats, reference.lit_loss_with_stats)]:
+    (loss, st), (rloss, rst) = fn(x, y, backend=backend, **kw), ref(x, y, **kw)
+    np.testing.assert_allclose(loss, rloss, rtol=2e-5)
+    np.testing.assert_allclose(st.z_loss, rst.z_loss, rtol=2e-5)
+    np.testing.assert_allclose(st.lse_row, rst.lse_row, rtol=2e-5)
+    if rst.lse_col is None:
+      assert st.lse_col is None
+    else:
+      np.testing.assert_allclose(st.lse_col, rst.lse_col, rtol=2e-5)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stable_factor(backend):
+  b, t = 40, 0.05
+  x, y = features(2, [(b, 16), (b, 16)], jnp.float32)
+  f = lambda stable: jax.grad(lambda x, y, t: clip_loss(x, y, temperature=t, stable=stable,
+                                                        backend=backend), argnums=(0, 1, 2))
+  on, off = f(True)(x, y, t), f(False)(x, y, t)
+  for a, c in zip(on, off):
+    np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)

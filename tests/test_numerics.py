@@ -1,0 +1,103 @@
+"""Where memeff's arithmetic breaks (MATH 12.5, 12.6) ours must not: small temperatures
+and debiasing with dominant positives, against float64 references."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
+from tests._tolerances import grad_err
+
+BACKENDS = ["blockwise", "interpret"]
+
+
+def _unit(v):
+  return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def _f64(fn, arrays, argnums, **kw):
+  with jax.enable_x64(True):
+    arrs = [jnp.asarray(np.asarray(a, np.float64)) for a in arrays]
+    val, grads = jax.value_and_grad(lambda *a: fn(*a, **kw), argnums=argnums)(*arrs)
+    return float(val), [np.asarray(g) for g in grads]
+
+
+def _check(fn, ref, arrays, *, val_rtol, grad_tol, **kw):
+  argnums = tuple(range(len(arrays)))
+  val, grads = jax.jit(jax.value_and_grad(lambda *a: fn(*a, **kw), argnums=argnums))(*arrays)
+  rval, rgrads = _f64(ref, arrays, argnums, **kw)
+  assert np.isfinite(float(val)) and float(val) >= 0.0
+  assert abs(float(val) - rval) <= val_rtol * abs(rval), (float(val), rval)
+  for g, r in zip(grads, rgrads):
+    assert np.all(np.isfinite(np.asarray(g))), "non-finite gradient"
+    assert grad_err(g, r) <= grad_tol, grad_err(g, r)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("t", [0.01, 0.02, 0.07, 0.3, 1.0])
+def test_small_temperature_cold_rows(backend, t):
+  # Row 0 of x has every cosine (its positive included) below 0.1: memeff's fixed shift
+  # exp((s - 1)/t) underflows to Den = 0 there at t = 0.01 (-inf loss, NaN gradients).
+  r = np.random.default_rng(0)
+  b, d = 24, 32
+  y = _unit(r.standard_normal((b, d)))
+  x = _unit(y + 0.3 * r.standard_normal((b, d)))
+  x[0] = _unit(np.linalg.svd(y)[2][-1])   # orthogonal to the span of y (b < d)
+  x, y = jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+  assert float(jnp.max(x[0] @ y.T)) < 0.1
+  for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
+    _check(lambda a, b: fn(a, b, temperature=t, backend=backend, normalized_inputs=True),
+           lambda a, b: ref(a, b, temperature=t, normalized_inputs=True), [x, y],
+           val_rtol=1e-5, grad_tol=1e-4)
+
+
+def _dominant(seed, b, d, noise):
+  r = np.random.default_rng(seed)
+  x = _unit(r.standard_normal((b, d)))
+  y = _unit(x + noise * r.standard_normal((b, d)))
+  return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tau", [0.01, 0.1, 0.5])
+def test_debias_with_dominant_positives(backend, tau):
+  # Positives dominate every row (cos ~ 0.999 vs ~0): the clamp fires, the true loss
+  # is ~1e-9 and memeff's (S - p) returns a negative loss with gradients off by 100%.
+  x, y = _dominant(1, 64, 48, 0.02)
+  for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
+    _check(lambda a, b: fn(a, b, tau_plus=tau, backend=backend),
+           lambda a, b: ref(a, b, tau_plus=tau), [x, y], val_rtol=1e-3, grad_tol=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("tau", [0.05, 0.2])
+def test_debias_at_ordinary_cosines(backend, tau):
+  # Cosines ~0.5 at t = 0.07: a plain fp32 transcription is off by ~20% here.
+  x, y = _dominant(2, 96, 32, 1.7)
+  for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
+    _check(lambda a, b: fn(a, b, tau_plus=tau, backend=backend),
+           lambda a, b: ref(a, b, tau_plus=tau), [x, y], val_rtol=1e-5, grad_tol=1e-3)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_debias_qwen3_masked_and_clamped(backend):
+  # Masking plus a per-row prior: some rows clamp, their negatives get no gradient.
+  x, y = _dominant(3, 48, 32, 0.05)
+  tau = jnp.asarray(np.random.default_rng(3).uniform(0, 0.5, 48), jnp.float32)
+  h = jnp.asarray(_unit(np.asarray(y)[:, None, :] + 0.3 *
+                        np.random.default_rng(4).standard_normal((48, 3, 32))), jnp.float32)
+  kw = dict(margin=0.05, use_qq_negatives=True, use_dd_negatives=True)
+  _check(lambda a, b, c: qwen3_loss(a, b, c, tau_plus=tau, backend=backend, **kw),
+         lambda a, b, c: reference.qwen3_loss(a, b, c, tau_plus=jnp.asarray(tau), **kw),
+         [x, y, h], val_rtol=1e-3, grad_tol=1e-3)
+
+
+def test_tiny_loss_is_accurate():
+  # ell = log1p(sum_neg / pos): a loss of ~1e-9 keeps its digits (no 1 + tiny - 1).
+  q = np.linalg.qr(np.random.default_rng(5).standard_normal((16, 16)))[0]   # orthonormal
+  x, y = jnp.asarray(q, jnp.float32), jnp.asarray(_unit(q + 1e-3), jnp.float32)
+  for backend in BACKENDS:
+    v = float(lit_loss(x, y, temperature=0.05, backend=backend))
+    ref, _ = _f64(reference.lit_loss, [x, y], (0,), temperature=0.05)
+    assert 0 < ref < 1e-6 and abs(v - ref) <= 1e-4 * ref, (v, ref)

@@ -1,0 +1,141 @@
+"""qwen3_loss / lit_qwen3_loss vs the dense reference: values and gradients w.r.t.
+queries, documents, hard negatives and temperature, under jit, over backend x dtype x
+shape x group combination x option."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from memeff_jax import (lit_qwen3_loss, lit_qwen3_loss_with_stats, qwen3_loss,
+                        qwen3_loss_with_stats, reference)
+from tests._check import compare
+
+BACKENDS = ["blockwise", "interpret"]
+
+
+def batch(seed, b, d, k, dtype=jnp.float32):
+  """Queries, positives and hard negatives with near-duplicates, so that the
+  false-negative mask drops some entries of every group (decisively: the gaps to the
+  threshold are ~0.01, far above rounding)."""
+  r = np.random.default_rng(seed)
+  unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)
+  q = unit(r.standard_normal((b, d)))
+  doc = unit(q + 0.6 * unit(r.standard_normal((b, d))))
+  dup = r.permutation(b)[: b // 3]           # rows that nearly copy another row
+  src = r.integers(0, b, len(dup))
+  q[dup] = unit(q[src] + 0.15 * unit(r.standard_normal((len(dup), d))))
+  doc[dup] = unit(doc[src] + 0.15 * unit(r.standard_normal((len(dup), d))))
+  h = unit(doc[:, None, :] + 0.5 * unit(r.standard_normal((b, k, d))))
+  return [jnp.asarray(v, jnp.float32).astype(dtype) for v in (q, doc, h)]
+
+
+def _call(lit, backend, **opts):
+  fn = lit_qwen3_loss if lit else qwen3_loss
+  return lambda *a, **k: fn(*a, backend=backend, **opts, **k)
+
+
+def _ref(lit, **opts):
+  fn = reference.lit_qwen3_loss if lit else reference.qwen3_loss
+  return lambda *a, **k: fn(*a, **opts, **k)
+
+
+GROUPS = [(qq, dd) for qq in (False, True) for dd in (False, True)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lit,qq,dd", [(False, qq, dd) for qq, dd in GROUPS] +
+                         [(True, qq, False) for qq in (False, True)])  # LiT-Qwen3: no d-d
+@pytest.mark.parametrize("k", [0, 1, 5])
+@pytest.mark.parametrize("margin", [0.05, 0.1, 2.0])
+def test_groups(backend, lit, qq, dd, k, margin):
+  q, doc, h = batch(k, 33, 24, k)
+  opts = dict(margin=margin, use_qq_negatives=qq)
+  if not lit:
+    opts["use_dd_negatives"] = dd
+  args = [q, doc] + ([h] if k else [])
+  compare(_call(lit, backend, **opts), _ref(lit, **opts), args)
+
+
+def _tau_rows(b):
+  return jnp.asarray(np.random.default_rng(b).uniform(0.0, 0.6, b), jnp.float32)
+
+
+OPTIONS = {
+    "tau": dict(tau_plus=0.1),
+    "tau_rows": dict(tau_plus="rows"),
+    "tau_rows_zero": dict(tau_plus="zeros"),
+    "smoothing": dict(label_smoothing=0.1),
+    "tau_smooth": dict(tau_plus=0.05, label_smoothing=0.2),
+    "zloss": dict(lse_square_scale=1e-3),
+    "no_stable": dict(stable=False),
+    "t_small": dict(temperature=0.01),
+    "all": dict(tau_plus="rows", label_smoothing=0.1, lse_square_scale=1e-2, temperature=0.05),
+}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("lit", [False, True])
+@pytest.mark.parametrize("option", list(OPTIONS))
+@pytest.mark.parametrize("margin", [0.05, 2.0])
+def test_options(backend, lit, option, margin):
+  b = 40
+  q, doc, h = batch(7, b, 24, 3)
+  opts = dict(OPTIONS[option])
+  if opts.get("tau_plus") == "rows":
+    opts["tau_plus"] = _tau_rows(b)
+  elif opts.get("tau_plus") == "zeros":
+    opts["tau_plus"] = jnp.zeros((b,), jnp.float32)
+  t = opts.pop("temperature", 0.07)
+  opts.update(margin=margin, use_qq_negatives=True)
+  if not lit:
+    opts["use_dd_negatives"] = True
+  compare(_call(lit, backend, **opts), _ref(lit, **opts), [q, doc, h], temperature=t)
+
+
+SHAPES = [(b, d) for b, d in itertools.product([1, 7, 129], [1, 16, 40, 72, 384])] + [
+    (1000, 16), (1000, 384)]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("b,d", SHAPES)
+def test_shapes(backend, dtype, b, d):
+  q, doc, h = batch(b + d, b, d, 2, dtype)
+  opts = dict(use_qq_negatives=True, use_dd_negatives=True)
+  compare(_call(False, backend, **opts), _ref(False, **opts), [q, doc, h], dtype=dtype,
+          grad_floor=1 / 0.07 if d == 1 else 1e-6)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_locked_gradients_are_exactly_zero(backend):
+  q, doc, h = batch(3, 30, 16, 4)
+  gd, gh = jax.jit(jax.grad(lambda q, d, h: lit_qwen3_loss(
+      q, d, h, use_qq_negatives=True, label_smoothing=0.1, backend=backend),
+                            argnums=(1, 2)))(q, doc, h)
+  np.testing.assert_array_equal(gd, 0.0)
+  np.testing.assert_array_equal(gh, 0.0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stats(backend):
+  q, doc, h = batch(5, 30, 16, 2)
+  kw = dict(use_qq_negatives=True, tau_plus=0.1, lse_square_scale=0.01)
+  (loss, st), (rloss, rst) = (qwen3_loss_with_stats(q, doc, h, backend=backend, **kw),
+                              reference.qwen3_loss_with_stats(q, doc, h, **kw))
+  np.testing.assert_allclose(loss, rloss, rtol=2e-5)
+  np.testing.assert_allclose(st.z_loss, rst.z_loss, rtol=2e-5)
+  np.testing.assert_allclose(st.lse_row, rst.lse_row, rtol=2e-5)
+  assert st.lse_col is None
+  l2, _ = lit_qwen3_loss_with_stats(q, doc, h, backend=backend, **kw)
+  np.testing.assert_allclose(l2, reference.lit_qwen3_loss(q, doc, h, **kw), rtol=2e-5)
+
+
+def test_mask_matters():
+  # The batch has near-duplicates: margins that keep and drop them differ.
+  q, doc, h = batch(0, 33, 24, 2)
+  a = qwen3_loss(q, doc, h, margin=0.05, use_qq_negatives=True, backend="blockwise")
+  b = qwen3_loss(q, doc, h, margin=2.0, use_qq_negatives=True, backend="blockwise")
+  assert float(a) < float(b) - 1e-2
