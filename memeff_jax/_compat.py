@@ -10,12 +10,25 @@ from jax import lax
 
 
 def to_varying(v, axis_name):
-  """Mark a device-invariant value as varying over ``axis_name`` (loop carries)."""
-  if axis_name is None or axis_name in varying_axes(v):
-    return v
-  if hasattr(lax, "pcast"):
-    return lax.pcast(v, axis_name, to="varying")
-  return lax.pvary(v, axis_name)  # jax < 0.8
+  """Mark device-invariant values (a pytree) as varying over ``axis_name``."""
+  def one(a):
+    if axis_name is None or axis_name in varying_axes(a):
+      return a
+    if hasattr(lax, "pcast"):
+      return lax.pcast(a, axis_name, to="varying")
+    return lax.pvary(a, axis_name)  # jax < 0.8
+  return jax.tree.map(one, v)
+
+
+def vary_like(v, *refs):
+  """``v`` made varying over every manual axis any of ``refs`` varies over (so a
+  fresh loop carry matches the values the loop body produces)."""
+  axes = set()
+  for r in jax.tree.leaves(refs):
+    axes |= varying_axes(r)
+  for axis in sorted(axes, key=str):
+    v = to_varying(v, axis)
+  return v
 
 
 def varying_axes(v) -> frozenset:

@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from memeff_jax._compat import vary_like
 from memeff_jax.config import KernelConfig
 
 _HI = lax.Precision.HIGHEST
@@ -96,7 +97,7 @@ class BlockwiseBackend:
       return lse_row, (jax.nn.logsumexp(z, axis=-2) if spec.two_sided else None)
 
     k = 1 if dims is None else len(dims)
-    init = jnp.full((k, n), -jnp.inf, jnp.float32)
+    init = vary_like(jnp.full((k, n), -jnp.inf, jnp.float32), x, y, scale, offsets[0], offsets[1])
     lse_row, lse_col = lax.scan(body, init, (starts, y_s, yt_s))
     if spec.two_sided:
       lse_col = jnp.moveaxis(lse_col, 0, 1).reshape(k, -1)[:, :m]
@@ -136,7 +137,8 @@ class BlockwiseBackend:
       return (dx, cs), None
 
     k = 1 if dims is None else len(dims)
-    init = (jnp.zeros((n, d), jnp.float32), jnp.zeros((k, n), jnp.float32))
+    init = vary_like((jnp.zeros((n, d), jnp.float32), jnp.zeros((k, n), jnp.float32)), x, y,
+                     scale, offsets[0], offsets[1])
     (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s))
     return dx.astype(out_dtype), _unk(cs, dims)
 

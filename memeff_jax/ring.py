@@ -194,7 +194,7 @@ def sharded(loss_fn: Callable, mesh: Mesh, axis_name: Hashable) -> Callable:
     local = lambda v: jax.ShapeDtypeStruct((v.shape[0] // size,) + v.shape[1:], v.dtype) \
         if jnp.ndim(v) > 0 else jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
     # The output structure does not depend on the ring: trace it on one shard.
-    shapes = jax.eval_shape(lambda a, k: loss_fn(*a, **k, **static),
+    shapes = jax.eval_shape(lambda a, k: loss_fn(*a, **k, **static, axis_name=None),
                             jax.tree.map(local, args), jax.tree.map(local, arrays))
     in_specs = (jax.tree.map(spec_of, args), jax.tree.map(spec_of, arrays))
     # check_vma=True: JAX tracks which values vary over the axis, which is what

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -88,6 +89,11 @@ def _fix_interpreter_bf16_dot() -> None:
   builder.create_dot = create_dot
 
 
+# The interpreter patches triton.language globally while a kernel runs: one at a
+# time (several host devices call back from several threads).
+_INTERPRETER_LOCK = threading.Lock()
+
+
 def _interpret_call(kernel, args, out_shapes, grid, constexprs):
   """The same launch, run by Triton's interpreter on the host."""
   _fix_interpreter_bf16_dot()
@@ -99,7 +105,8 @@ def _interpret_call(kernel, args, out_shapes, grid, constexprs):
     full = [a if isinstance(a, int) else _to_torch(next(it)) for a in args]
     # Poisoned outputs: an element the kernel forgets to write shows up as NaN.
     outs = [torch.full(s.shape, float("nan"), dtype=_torch_dtype(s.dtype)) for s in out_shapes]
-    kernel[grid](*full, *outs, **constexprs)
+    with _INTERPRETER_LOCK:
+      kernel[grid](*full, *outs, **constexprs)
     return tuple(_from_torch(o, s.dtype) for o, s in zip(outs, out_shapes))
 
   return jax.pure_callback(host, tuple(out_shapes), *arrays)
@@ -108,10 +115,13 @@ def _interpret_call(kernel, args, out_shapes, grid, constexprs):
 def _call(kernel, *args, out_shapes, grid, num_warps, num_stages, name, interpret,
           **constexprs):
   if interpret:
-    return _interpret_call(kernel, args, out_shapes, grid, constexprs)
-  return _compat.triton_call(*args, kernel=kernel, out_shapes=out_shapes, grid=grid,
-                             name=name, num_warps=num_warps, num_stages=num_stages,
-                             **constexprs)
+    outs = _interpret_call(kernel, args, out_shapes, grid, constexprs)
+  else:
+    outs = _compat.triton_call(*args, kernel=kernel, out_shapes=out_shapes, grid=grid,
+                               name=name, num_warps=num_warps, num_stages=num_stages,
+                               **constexprs)
+  # Inside shard_map the launch's outputs vary over the axes its inputs vary over.
+  return _compat.vary_like(tuple(outs), [a for a in args if not isinstance(a, int)])
 
 
 def _offsets(offsets) -> jax.Array:

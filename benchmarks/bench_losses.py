@@ -1,0 +1,146 @@
+"""fwd+bwd time and loss-only memory of every loss: triton vs blockwise vs the dense
+XLA reference, and memeff (PyTorch) side by side when it is installed.
+
+  python benchmarks/bench_losses.py --losses clip,lit --batch 4096,16384 --dims 512 \
+      --providers triton,blockwise,reference,memeff --out results.csv
+
+Flop counts (one B x B x D similarity GEMM = 2 B^2 D): CLIP 5 (forward 1, each tower's
+gradient pass recomputes it and multiplies: 2 + 2), LiT 3, Qwen3 5 (+3 for each of
+q-q and d-d; hard negatives are O(B K D)).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import memeff_jax as mj
+from benchmarks._harness import Result, Writer, compiled_extra_gib, guarded, summarize, time_jax
+
+# name -> (public fn, reference fn, number of feature arrays, trainable argnums, kwargs, GEMMs)
+LOSSES = {
+    "clip": (mj.clip_loss, mj.reference.clip_loss, 2, (0, 1), {}, 5),
+    "lit": (mj.lit_loss, mj.reference.lit_loss, 2, (0,), {}, 3),
+    "qwen3": (mj.qwen3_loss, mj.reference.qwen3_loss, 2, (0, 1), {}, 5),
+    "qwen3_qqdd": (mj.qwen3_loss, mj.reference.qwen3_loss, 2, (0, 1),
+                   dict(use_qq_negatives=True, use_dd_negatives=True), 11),
+    "qwen3_k7": (mj.qwen3_loss, mj.reference.qwen3_loss, 3, (0, 1, 2), {}, 5),
+    "lit_qwen3": (mj.lit_qwen3_loss, mj.reference.lit_qwen3_loss, 2, (0,), {}, 3),
+}
+
+
+def inputs(name, b, d, dtype, seed=0):
+  n = LOSSES[name][2]
+  keys = jax.random.split(jax.random.key(seed), n)
+  shapes = [(b, d), (b, d), (b, 7, d)][:n]
+  return [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
+
+
+def jax_step(name, provider, config=None):
+  fn, ref, _, argnums, kw, _ = LOSSES[name]
+  if provider == "reference":
+    loss = lambda *a: ref(*a, **kw)
+  else:
+    loss = lambda *a: fn(*a, backend=provider, config=config, **kw)
+  return jax.jit(jax.value_and_grad(loss, argnums=argnums))
+
+
+def bench_jax(writer, name, provider, b, d, dtype, reps, config=None, label=None):
+  r = Result(name, label or provider, b, d, jnp.dtype(dtype).name)
+
+  def body():
+    args = inputs(name, b, d, dtype)
+    step = jax_step(name, provider, config)
+    r.extra_gib = compiled_extra_gib(step, *args)
+    times = time_jax(step, *args, reps=reps)
+    val = float(step(*args)[0])
+    if not np.isfinite(val):
+      r.note = f"non-finite loss {val}"
+    return summarize(r, times, LOSSES[name][5] * 2.0 * b * b * d)
+
+  guarded(writer, r, body)
+
+
+def bench_memeff(writer, name, b, d, reps):
+  import torch  # pylint: disable=g-import-not-at-top
+  import memeff  # pylint: disable=g-import-not-at-top
+  r = Result(name, "memeff", b, d, "bfloat16")
+  kw = LOSSES[name][4]
+  cls = {"clip": memeff.MemoryEfficientCLIPLoss, "lit": memeff.MemoryEfficientLiTLoss,
+         "qwen3": memeff.MemoryEfficientQwen3Loss, "qwen3_qqdd": memeff.MemoryEfficientQwen3Loss,
+         "qwen3_k7": memeff.MemoryEfficientQwen3Loss,
+         "lit_qwen3": memeff.MemoryEfficientLiTQwen3Loss}[name]
+
+  def body():
+    loss_fn = cls(temperature=0.07, **kw)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    n = LOSSES[name][2]
+    shapes = [(b, d), (b, d), (b, 7, d)][:n]
+    xs = [torch.randn(s, device="cuda", generator=g, dtype=torch.float32).to(torch.bfloat16)
+          .requires_grad_(i in LOSSES[name][3]) for i, s in enumerate(shapes)]
+
+    def step():
+      for x in xs:
+        x.grad = None
+      out = loss_fn(*xs)
+      out.backward()
+      return out
+
+    for _ in range(2):
+      step()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    r.extra_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
+    times = []
+    for _ in range(reps):
+      s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+      s.record()
+      step()
+      e.record()
+      torch.cuda.synchronize()
+      times.append(s.elapsed_time(e))
+    del xs
+    torch.cuda.empty_cache()
+    return summarize(r, times, LOSSES[name][5] * 2.0 * b * b * d)
+
+  guarded(writer, r, body)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser()
+  p.add_argument("--losses", default="clip,lit")
+  p.add_argument("--batch", default="4096,16384,65536,262144")
+  p.add_argument("--dims", default="128,512,1024")
+  p.add_argument("--providers", default="triton,blockwise,reference,memeff")
+  p.add_argument("--dtype", default="bfloat16")
+  p.add_argument("--reps", type=int, default=10)
+  p.add_argument("--max-dense-batch", type=int, default=65536,
+                 help="reference/blockwise above this batch are skipped (O(B^2) memory/time)")
+  p.add_argument("--max-memeff-batch", type=int, default=65536)
+  p.add_argument("--out", default=None)
+  a = p.parse_args(argv)
+  writer = Writer(a.out)
+  dtype = jnp.dtype(a.dtype)
+  for name in a.losses.split(","):
+    for d in map(int, a.dims.split(",")):
+      for b in map(int, a.batch.split(",")):
+        for prov in a.providers.split(","):
+          if prov in ("reference", "blockwise") and b > a.max_dense_batch:
+            continue
+          if prov == "memeff":
+            if b <= a.max_memeff_batch:
+              bench_memeff(writer, name, b, d, a.reps)
+          else:
+            bench_jax(writer, name, prov, b, d, dtype, a.reps)
+  return writer
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,127 @@
+"""GPU-only tests (``-m gpu``, run on the device): backend="triton" against the float64
+reference, the launchers against dense jnp statistics, determinism, and the one-device
+ring. fp32 runs with ``precision="ieee"`` dots (tf32 would cost ~3 digits)."""
+
+import dataclasses
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+import memeff_jax as mj
+from memeff_jax import _core, reference
+from memeff_jax.config import default_config
+from tests._check import compare, features
+from tests.test_qwen3 import batch as qwen3_batch
+
+pytestmark = pytest.mark.gpu
+DIMS = [16, 72, 384, 768, 1152]
+BATCHES = [1, 300, 2085]     # 1, and sizes that are no multiple of any tile
+
+
+def _cfg(d, dtype):
+  cfg = default_config(d, dtype)
+  return dataclasses.replace(cfg, precision="ieee") if dtype == jnp.float32 else cfg
+
+
+@pytest.mark.parametrize("loss", ["clip", "lit"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("b,d", list(itertools.product(BATCHES, DIMS)))
+def test_clip_lit_triton(loss, dtype, b, d):
+  fn, ref = {"clip": (mj.clip_loss, reference.clip_loss),
+             "lit": (mj.lit_loss, reference.lit_loss)}[loss]
+  x, y = features(b + d, [(b, d), (b, d)], dtype)
+  compare(lambda *a, **k: fn(*a, backend="triton", config=_cfg(d, dtype), **k), ref, [x, y],
+          dtype=dtype, tau_plus=0.1 if b % 2 else 0.0, label_smoothing=0.1,
+          lse_square_scale=1e-3)
+
+
+@pytest.mark.parametrize("lit", [False, True])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("b,d", [(1, 16), (300, 72), (2085, 384), (300, 768), (300, 1152)])
+def test_qwen3_triton(lit, dtype, b, d):
+  q, doc, h = qwen3_batch(b, b, d, 3, dtype)
+  opts = dict(use_qq_negatives=True, margin=0.05, tau_plus=0.05, label_smoothing=0.1)
+  if not lit:
+    opts["use_dd_negatives"] = True
+  fn, ref = ((mj.lit_qwen3_loss, reference.lit_qwen3_loss) if lit else
+             (mj.qwen3_loss, reference.qwen3_loss))
+  compare(lambda *a, **k: fn(*a, backend="triton", config=_cfg(d, dtype), **k),
+          lambda *a, **k: ref(*a, **k), [q, doc, h], dtype=dtype, **opts)
+
+
+@pytest.mark.parametrize("d", [16, 384, 1152])
+@pytest.mark.parametrize("two_sided,masked", [(True, False), (False, True), (False, False)])
+def test_launchers_vs_dense(d, two_sided, masked):
+  # The block op's statistics and VJP against jax.vjp of the same dense formula on a
+  # rectangular block (n != m), masked or two-sided, diagonal excluded.
+  n, m = 777, 1029
+  x, y = features(d, [(n, d), (m, d)], jnp.float32)
+  x, y = mj.reference.normalize(x), mj.reference.normalize(y)
+  scale = jnp.float32(1 / 0.05)
+  thr = (x @ y[:n].T).diagonal() + 0.02 if masked else None
+  spec = _core.BlockSpec(backend=mj._dispatch.resolve("triton"), two_sided=two_sided,
+                         exclude_self=True, config=_cfg(d, jnp.float32))
+  row_off, col_off = 0, 0
+
+  def dense(x, y, scale):
+    s = jnp.dot(x, y.T, precision=jax.lax.Precision.HIGHEST)
+    keep = jnp.arange(n)[:, None] + row_off != jnp.arange(m)[None, :] + col_off
+    if masked:
+      keep &= s <= thr[:, None]
+    z = jnp.where(keep, scale * s, -jnp.inf)
+    return jax.nn.logsumexp(z, axis=1), (jax.nn.logsumexp(z, axis=0) if two_sided else None)
+
+  got, vjp = jax.vjp(lambda x, y, s: _core.block_lse(x, y, s, thr, spec=spec), x, y, scale)
+  want, vjp_ref = jax.vjp(dense, x, y, scale)
+  g = (jax.random.normal(jax.random.key(1), (n,)),
+       jax.random.normal(jax.random.key(2), (m,)) if two_sided else None)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
+  if two_sided:
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+  for a, b in zip(vjp(g), vjp_ref(g)):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize("loss", ["clip", "qwen3"])
+def test_deterministic(loss):
+  b, d = 8192 + 37, 512
+  x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
+  fn = {"clip": lambda x, y: mj.clip_loss(x, y, backend="triton", deterministic=True),
+        "qwen3": lambda x, y: mj.qwen3_loss(x, y, use_qq_negatives=True, use_dd_negatives=True,
+                                            backend="triton", deterministic=True)}[loss]
+  step = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))
+  runs = [jax.tree.map(np.asarray, step(x, y)) for _ in range(5)]
+  for r in runs[1:]:
+    for a, b in zip(jax.tree.leaves(r), jax.tree.leaves(runs[0])):
+      np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("loss", ["clip", "lit", "qwen3", "lit_qwen3"])
+def test_one_device_ring_equals_plain(loss):
+  fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss,
+        "lit_qwen3": mj.lit_qwen3_loss}[loss]
+  kw = dict(use_qq_negatives=True) if "qwen3" in loss else {}
+  x, y = features(3, [(1000, 128), (1000, 128)], jnp.bfloat16)
+  mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
+  ring = mj.sharded(lambda a, b, axis_name: fn(a, b, axis_name=axis_name, backend="triton",
+                                               **kw), mesh, "batch")
+  plain = lambda a, b: fn(a, b, backend="triton", **kw)
+  got = jax.jit(jax.value_and_grad(ring, argnums=(0, 1)))(x, y)
+  want = jax.jit(jax.value_and_grad(plain, argnums=(0, 1)))(x, y)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+  for a, b in zip(got[1], want[1]):   # bf16 gradients: within one rounding step
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(b))))
+
+
+def test_triton_does_not_recompile():
+  x, y = features(0, [(512, 64), (512, 64)], jnp.bfloat16)
+  step = jax.jit(jax.grad(lambda x, t: mj.clip_loss(x, y, temperature=t, backend="triton"),
+                          argnums=(0, 1)))
+  for t in (0.07, 0.3, 0.01):
+    step(x, jnp.float32(t))
+  assert step._cache_size() == 1

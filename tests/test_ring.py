@@ -1,0 +1,185 @@
+"""The ring on 1, 2, 4 and 8 forced host devices equals one device on the concatenated
+batch: values and gradients of every loss and option, with jax.grad taken outside
+shard_map (``sharded``) and inside it; per-device memory stays O(local batch)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, PartitionSpec as P
+
+import memeff_jax as mj
+from tests._tolerances import grad_err, rel_err
+
+B, D, K = 24, 12, 2
+
+
+def _data():
+  r = np.random.default_rng(0)
+  unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)
+  q = unit(r.standard_normal((B, D)))
+  d = unit(q + 0.5 * r.standard_normal((B, D)))
+  d[5] = unit(d[3] + 0.1 * r.standard_normal(D))      # near-duplicates for the mask
+  h = unit(d[:, None] + 0.6 * r.standard_normal((B, K, D)))
+  tau = r.uniform(0.0, 0.4, B)
+  return [jnp.asarray(v, jnp.float32) for v in (q, d, h, tau)]
+
+
+CASES = {
+    "clip": (mj.clip_loss, 2, dict(label_smoothing=0.1, lse_square_scale=1e-2)),
+    "clip_tau_rows": (mj.clip_loss, 2, dict(tau_plus="rows", stable=False)),
+    "lit": (mj.lit_loss, 2, dict(tau_plus=0.1, label_smoothing=0.05)),
+    "lit_tau_rows": (mj.lit_loss, 2, dict(tau_plus="rows", lse_square_scale=1e-2)),
+    "qwen3": (mj.qwen3_loss, 3, dict(use_qq_negatives=True, use_dd_negatives=True,
+                                     label_smoothing=0.1, margin=0.05)),
+    "qwen3_tau_rows": (mj.qwen3_loss, 3, dict(use_dd_negatives=True, tau_plus="rows",
+                                              lse_square_scale=1e-2)),
+    "qwen3_plain": (mj.qwen3_loss, 2, dict()),
+    "lit_qwen3": (mj.lit_qwen3_loss, 3, dict(use_qq_negatives=True, tau_plus=0.05,
+                                             label_smoothing=0.1)),
+}
+
+
+def _setup(case, backend):
+  fn, n_arrays, opts = CASES[case]
+  q, d, h, tau = _data()
+  arrays = [q, d, h][:n_arrays]
+  kw = dict(opts, backend=backend)
+  if kw.get("tau_plus") == "rows":
+    kw["tau_plus"] = tau
+  return fn, arrays, kw
+
+
+def _single(fn, arrays, kw):
+  g = lambda *a: fn(*a[:-1], temperature=a[-1], **kw)
+  return jax.jit(jax.value_and_grad(g, argnums=tuple(range(len(arrays) + 1))))(
+      *arrays, jnp.float32(0.07))
+
+
+def _assert_same(got, want):
+  (v, g), (rv, rg) = got, want
+  assert rel_err(v, rv) <= 2e-6, (float(v), float(rv))
+  for a, b in zip(g, rg):
+    assert a.shape == b.shape
+    assert grad_err(a, b) <= 2e-5, grad_err(a, b)
+
+
+def _mesh(n):
+  return Mesh(np.array(jax.devices()[:n]), ("batch",))
+
+
+# Every case on every device count with blockwise; the interpreter (slow) runs every
+# case on 4 and 8 devices and two cases on 1 and 2.
+RING_PARAMS = ([("blockwise", n, c) for n in (1, 2, 4, 8) for c in CASES] +
+               [("interpret", n, c) for n in (4, 8) for c in CASES] +
+               [("interpret", n, c) for n in (1, 2) for c in ("clip", "qwen3")])
+
+
+@pytest.mark.parametrize("backend,n_dev,case", RING_PARAMS)
+def test_grad_outside_shard_map(backend, n_dev, case):
+  fn, arrays, kw = _setup(case, backend)
+  tau = kw.pop("tau_plus", 0.0)
+  per_shard = lambda *a, temperature, tau_plus, axis_name: fn(
+      *a, temperature=temperature, tau_plus=tau_plus, axis_name=axis_name, **kw)
+  loss = mj.sharded(per_shard, _mesh(n_dev), "batch")
+  g = lambda *a: loss(*a[:-1], temperature=a[-1], tau_plus=tau)
+  got = jax.jit(jax.value_and_grad(g, argnums=tuple(range(len(arrays) + 1))))(
+      *arrays, jnp.float32(0.07))
+  _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
+
+
+@pytest.mark.parametrize("backend", ["blockwise", "interpret"])
+@pytest.mark.parametrize("case", ["clip", "lit_tau_rows", "qwen3", "lit_qwen3"])
+def test_grad_inside_shard_map(backend, case):
+  # jax.grad inside shard_map: each device gets the local rows of the global gradient
+  # (no doubling, no halving), and the replicated temperature its full gradient.
+  fn, arrays, kw = _setup(case, backend)
+  n = len(arrays)
+  tau = kw.pop("tau_plus", 0.0)
+  rows = [tau] if np.ndim(tau) else []    # a per-row prior is sharded like the rows
+
+  def per_device(t, *a):
+    f = lambda *b: fn(*b[:-1], temperature=b[-1], tau_plus=a[n] if rows else tau,
+                      axis_name="batch", **kw)
+    return jax.value_and_grad(f, argnums=tuple(range(n + 1)))(*a[:n], t)
+
+  run = jax.shard_map(per_device, mesh=_mesh(4), in_specs=(P(),) + (P("batch"),) * (n + len(rows)),
+                      out_specs=(P(), tuple([P("batch")] * n + [P()])), check_vma=True)
+  got = jax.jit(run)(jnp.float32(0.07), *arrays, *rows)
+  _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
+
+
+def test_every_device_returns_the_global_loss():
+  q, d, _, _ = _data()
+  run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",
+                                                backend="blockwise")[None],
+                      mesh=_mesh(4), in_specs=(P("batch"), P("batch")),
+                      out_specs=P("batch"), check_vma=True)
+  per_device = jax.jit(run)(q, d)
+  np.testing.assert_allclose(per_device, mj.clip_loss(q, d, backend="blockwise"), rtol=2e-6)
+
+
+def test_with_stats_through_sharded():
+  q, d, _, _ = _data()
+  f = mj.sharded(mj.clip_loss_with_stats, _mesh(4), "batch")
+  (loss, stats) = jax.jit(lambda a, b: f(a, b, backend="blockwise", lse_square_scale=1e-2))(q, d)
+  rloss, rstats = mj.clip_loss_with_stats(q, d, backend="blockwise", lse_square_scale=1e-2)
+  np.testing.assert_allclose(loss, rloss, rtol=2e-6)
+  np.testing.assert_allclose(stats.z_loss, rstats.z_loss, rtol=2e-6)
+  np.testing.assert_allclose(stats.lse_row, rstats.lse_row, rtol=2e-6)
+  np.testing.assert_allclose(stats.lse_col, rstats.lse_col, rtol=2e-6)
+
+
+def test_unequal_shards_raise():
+  x = jnp.ones((10, 4))
+  with pytest.raises(ValueError, match="shape \\(10, 4\\) does not split into 4 equal shards"):
+    mj.sharded(mj.clip_loss, _mesh(4), "batch")(x, x)
+
+
+@pytest.mark.parametrize("case", ["clip", "lit", "qwen3"])
+def test_memory_is_local(case):
+  # The compiled per-device program at global batch 8b on 8 devices needs about the
+  # temporaries of batch b on one device, not 8x: the travelling tower, its column
+  # statistics and its gradient are never assembled.
+  fn, n_arrays, opts = CASES[case]
+  b, d = 512, 64
+
+  def temp_bytes(n_dev):
+    mesh = _mesh(n_dev)
+    loss = mj.sharded(lambda *a, axis_name: fn(*a, axis_name=axis_name, backend="blockwise",
+                                               **opts), mesh, "batch")
+    shapes = [jax.ShapeDtypeStruct((b * n_dev, d), jnp.float32)] * 2
+    if n_arrays == 3:
+      shapes.append(jax.ShapeDtypeStruct((b * n_dev, K, d), jnp.float32))
+    g = jax.jit(jax.grad(lambda *a: loss(*a), argnums=tuple(range(n_arrays))))
+    return g.lower(*shapes).compile().memory_analysis().temp_size_in_bytes
+
+  one, eight = temp_bytes(1), temp_bytes(8)
+  assert eight < 2.0 * one, (one, eight)
+
+
+def test_two_process_jax_distributed():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  worker = os.path.join(os.path.dirname(__file__), "helpers", "distributed_worker.py")
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+      [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + sys.path))
+  env.pop("XLA_FLAGS", None)
+  procs = [subprocess.Popen([sys.executable, worker, str(port), str(i), "blockwise"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+           for i in range(2)]
+  outs = [p.communicate(timeout=300) for p in procs]
+  for p, (out, err) in zip(procs, outs):
+    assert p.returncode == 0, err[-2000:]
+  results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+  for r in results:
+    assert abs(r["loss"] - r["ref"]) <= 2e-6 * abs(r["ref"]), r
+    assert r["grad_err"] <= 1e-5, r
+  assert results[0]["loss"] == results[1]["loss"]
