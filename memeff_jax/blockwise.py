@@ -103,7 +103,7 @@ class BlockwiseBackend:
       lse_col = jnp.moveaxis(lse_col, 0, 1).reshape(k, -1)[:, :m]
     return _unk(lse_row, dims), (_unk(lse_col, dims) if spec.two_sided else None)
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, out_dtype):
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, want_cs, out_dtype):
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]
     tile = min(_config(spec).blockwise_tile, m)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
@@ -140,7 +140,7 @@ class BlockwiseBackend:
     init = vary_like((jnp.zeros((n, d), jnp.float32), jnp.zeros((k, n), jnp.float32)), x, y,
                      scale, offsets[0], offsets[1])
     (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s))
-    return dx.astype(out_dtype), _unk(cs, dims)
+    return dx.astype(out_dtype), (_unk(cs, dims) if want_cs else None)
 
 
 def _unk(v, dims):

@@ -30,6 +30,8 @@ class KernelConfig:
       buffer.
     min_programs: below this many row tiles the column sweep is split across
       programs (partials reduced in JAX) so small batches still fill the GPU.
+    fwd_col_pass: two-sided blocks (CLIP) get their column statistics from a second
+      row pass over the swapped block instead of per-program column partials.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32" like JAX's
       default GPU matmul, "tf32x3", or "ieee"). 16-bit inputs ignore it.
     blockwise_tile: column tile of the pure-JAX blockwise backend.
@@ -47,6 +49,7 @@ class KernelConfig:
   bwd_block_do: int = 64
   max_programs: int = 264
   min_programs: int = 264
+  fwd_col_pass: bool = False
   precision: Precision = "tf32"
   blockwise_tile: int = 512
 
@@ -56,6 +59,9 @@ class KernelConfig:
       if f.name == "precision":
         if v not in ("tf32", "tf32x3", "ieee"):
           raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
+      elif f.name == "fwd_col_pass":
+        if not isinstance(v, bool):
+          raise ValueError(f"KernelConfig.fwd_col_pass must be a bool, got {v!r}")
       elif not isinstance(v, int) or v < 1:
         raise ValueError(f"KernelConfig.{f.name} must be a positive int, got {v!r}")
     for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "block_d",
@@ -92,8 +98,8 @@ def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
                         bwd_block_m=64, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=2,
                         block_d=d_pad, bwd_block_do=d_pad)
   if d_pad <= 512 and not wide:
-    return KernelConfig(fwd_block_m=128, fwd_block_n=32, fwd_num_warps=8, fwd_num_stages=2,
-                        bwd_block_m=64, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=2,
+    return KernelConfig(fwd_block_m=64, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=3,
+                        bwd_block_m=32, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=2,
                         block_d=d_pad, bwd_block_do=d_pad)
   if d_pad <= 512:
     return KernelConfig(fwd_block_m=64, fwd_block_n=32, fwd_num_warps=8, fwd_num_stages=2,

@@ -52,7 +52,11 @@ def _qwen3(q, d, h, *, lit, temperature, margin, use_qq, use_dd, normalized_inpu
   batch = n * ring_size(axis_name)
   scale = as_scale(temperature)
   f32 = jnp.float32
-  pos = jnp.sum(q.astype(f32) * d.astype(f32), axis=-1)        # s(q_i, d_i), fp32
+  # One fp32 copy per tower for all the O(B D) glue: cotangents sum in fp32 and
+  # round to the input dtype once.
+  q32, d32 = q.astype(f32), d.astype(f32)
+  h32 = None if h is None else h.astype(f32)
+  pos = jnp.sum(q32 * d32, axis=-1)                              # s(q_i, d_i), fp32
   # Row i keeps an entry iff s <= pos_i + margin (raw cosine, non-strict), with row
   # i's threshold on every group; the mask carries no gradient. margin >= 0 always
   # keeps the positive, which joins in the log domain (softmax_terms).
@@ -65,7 +69,7 @@ def _qwen3(q, d, h, *, lit, temperature, margin, use_qq, use_dd, normalized_inpu
   if use_dd:   # d-d, j != i, with query i's threshold on row i
     parts.append(block_lse(d, None, scale, thr, spec=block(symmetric=True))[0])
   if k:        # row-specific hard negatives: O(n k d) plain JAX
-    s_h = jnp.einsum("id,ikd->ik", q.astype(f32), h.astype(f32))
+    s_h = jnp.einsum("id,ikd->ik", q32, h32)
     parts.append(masked_lse(scale * s_h, s_h <= thr[:, None]))
   lse_neg = parts[0] if len(parts) == 1 else masked_lse(jnp.stack(parts), True, axis=0)
   n_neg = (batch - 1) * (1 + int(use_qq) + int(use_dd)) + k
@@ -75,7 +79,6 @@ def _qwen3(q, d, h, *, lit, temperature, margin, use_qq, use_dd, normalized_inpu
     # Smoothed targets over the C = N + 1 nominal candidates; the mask does not
     # reshape them (MATH 6.2): Corr = eps/(B t) * (tr(Q D^T) - A / C).
     gsum = lambda v: global_sum(v, axis_name)
-    q32, d32 = q.astype(f32), d.astype(f32)
     sum_q, sum_d = gsum(jnp.sum(q32, axis=0)), gsum(jnp.sum(d32, axis=0))
     a = jnp.dot(sum_q, sum_d)
     if use_qq:

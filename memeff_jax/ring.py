@@ -109,53 +109,60 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
   want_y = (not sym) and (need.y or need.y_tab)
   want_x = need.x or need.x_tab or (need.scale and not want_y)
   acc = x.dtype if size == 1 else jnp.float32
+  # sum_j c_ij s_ij feeds the temperature's and the tables' gradients: from the x
+  # pass when it runs, else from the y pass.
+  cs_x = want_x and (need.scale or need.x_tab)
+  cs_y = want_y and ((need.scale and not want_x) or need.y_tab)
 
   def pass_x(y_vis, yt_vis, col_vis, src):   # rows of x: dx, sum_j c_ij s_ij
     return be.bwd(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
-                  offsets=(me * n, src * m), spec=spec, out_dtype=acc)
+                  offsets=(me * n, src * m), spec=spec, want_cs=cs_x, out_dtype=acc)
 
   def pass_y(y_vis, yt_vis, col_vis, src):   # rows of y: the same coefficients, transposed
     return be.bwd(y_vis, x, scale, row=col_vis, col=row, x_tab=yt_vis, y_tab=x_tab,
-                  offsets=(src * m, me * n), spec=spec, out_dtype=acc if size == 1 else jnp.float32)
+                  offsets=(src * m, me * n), spec=spec, want_cs=cs_y,
+                  out_dtype=y.dtype if size == 1 else jnp.float32)
 
-  dx = cs_x = dy = cs_y = None
+  dx = sx = dy = sy = None
   if size == 1:
     if want_x:
-      dx, cs_x = pass_x(y, y_tab, col, 0)
+      dx, sx = pass_x(y, y_tab, col, 0)
     if want_y:
-      dy, cs_y = pass_y(y, y_tab, col, 0)
+      dy, sy = pass_y(y, y_tab, col, 0)
   else:
     zeros = lambda shape: to_varying(jnp.zeros(shape, jnp.float32), axis)
     k = () if spec.dims is None else (len(spec.dims),)
 
+    add = lambda a, b: None if a is None else a + b
+
     def step(h, carry, send):
-      y_vis, yt_vis, col_vis, dx, cs_x, dy, cs_y = carry
+      y_vis, yt_vis, col_vis, dx, sx, dy, sy = carry
       src = (me - h) % size
       travel = (y_vis, yt_vis, col_vis)
       nxt = shift(travel) if send else travel
       if want_x:
         d, c = pass_x(y_vis, yt_vis, col_vis, src)
-        dx, cs_x = dx + d, cs_x + c
+        dx, sx = dx + d, add(sx, c)
       if want_y:   # the visiting block's gradient rides with it and arrives home
         d, c = pass_y(y_vis, yt_vis, col_vis, src)
-        dy, cs_y = shift((dy + d, cs_y + c))
-      return (*nxt, dx, cs_x, dy, cs_y)
+        dy, sy = shift((dy + d, add(sy, c)))
+      return (*nxt, dx, sx, dy, sy)
 
     init = (y, y_tab, col,
-            zeros(x.shape) if want_x else None, zeros(k + (n,)) if want_x else None,
-            zeros(y.shape) if want_y else None, zeros(k + (m,)) if want_y else None)
-    _, _, _, dx, cs_x, dy, cs_y = _lap(size, step, init)
+            zeros(x.shape) if want_x else None, zeros(k + (n,)) if cs_x else None,
+            zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None)
+    _, _, _, dx, sx, dy, sy = _lap(size, step, init)
 
   dscale = dx_tab = dy_tab = None
   if need.scale:
     # sum_ij c_ij s_ij; a symmetric pass counts every pair from both of its rows.
-    dscale = jnp.sum(cs_x if cs_x is not None else cs_y) * (0.5 if sym else 1.0)
+    dscale = jnp.sum(sx if sx is not None else sy) * (0.5 if sym else 1.0)
     if axis is not None and axis not in varying_axes(scale):
       dscale = lax.psum(dscale, axis)
   if need.x_tab:
-    dx_tab = scale * cs_x / x_tab
+    dx_tab = scale * sx / x_tab
   if need.y_tab:
-    dy_tab = scale * cs_y / y_tab
+    dy_tab = scale * sy / y_tab
   dx = dx.astype(x.dtype) if need.x else None
   dy = dy.astype(y.dtype) if (need.y and not sym) else None
   return dx, dy, dscale, dx_tab, dy_tab

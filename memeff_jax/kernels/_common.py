@@ -1,8 +1,11 @@
 """@triton.jit helpers shared by the statistics and gradient kernels: tile loads,
-the similarity tile, the keep mask and log2-domain log-sum-exp merges.
+the similarity tile, the diagonal test and log2-domain log-sum-exp merges.
 
 Everything is in the exp2 domain: logits are ``z = s * scale * log2(e)`` and
-log-normalizers are in log2 units; the launchers convert.
+log-normalizers are in log2 units; the launchers convert. The feature size D is a
+constexpr (rows are contiguous, stride D), so the in-tile offsets are int32
+constants the compiler can hoist; a tile's row base is an int64 scalar (n * D may
+pass 2**31).
 """
 
 import triton
@@ -10,49 +13,54 @@ import triton.language as tl
 
 
 @triton.jit
-def load_rows(ptr, rows, n, stride, feats, d):
-  """[R, F] tile of a row-major [n, d] tensor; rows >= n and features >= d read 0."""
-  offs = rows.to(tl.int64)[:, None] * stride + feats[None, :]
-  return tl.load(ptr + offs, mask=(rows[:, None] < n) & (feats[None, :] < d), other=0.0)
+def load_tile(ptr, row0, n, c, D: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+  """Rows [row0, row0 + ROWS) x features [c * BLOCK_D, (c + 1) * BLOCK_D) of a
+  row-major [n, D] tensor; zero outside it."""
+  r = tl.arange(0, ROWS)
+  f = c * BLOCK_D + tl.arange(0, BLOCK_D)
+  mask = (row0 + r)[:, None] < n
+  if D % BLOCK_D != 0:   # only a ragged feature size needs the feature mask
+    mask = mask & (f[None, :] < D)
+  return tl.load(ptr + tl.cast(row0, tl.int64) * D + (r[:, None] * D + f[None, :]), mask=mask,
+                 other=0.0)
 
 
 @triton.jit
-def similarity(x_t, x_ptr, y_ptr, rows, cols, n, m, d, stride_xn, stride_ym,
-               BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, PRECISION: tl.constexpr):
+def similarity(x_t, x_ptr, y_ptr, row0, col0, n, m, D: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NUM_D: tl.constexpr,
+               PRECISION: tl.constexpr):
   """s = x[rows] . y[cols]^T, fp32 [BLOCK_M, BLOCK_N], and the column tile.
 
   NUM_D == 1: the row tile ``x_t`` is resident and the whole [BLOCK_N, BLOCK_D]
   column tile is loaded once (returned for reuse by the gradient dot). Otherwise
   the features are walked in NUM_D chunks of BLOCK_D, reloading both tiles.
   """
-  feats = tl.arange(0, BLOCK_D)
   if NUM_D == 1:
-    y_t = load_rows(y_ptr, cols, m, stride_ym, feats, d)
+    y_t = load_tile(y_ptr, col0, m, 0, D, BLOCK_N, BLOCK_D)
     s = tl.dot(x_t, tl.trans(y_t), input_precision=PRECISION)
   else:
     y_t = tl.zeros([1, 1], dtype=tl.float32)   # nothing to reuse
-    s = tl.zeros([rows.shape[0], cols.shape[0]], dtype=tl.float32)
+    s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for c in range(NUM_D):
-      f = c * BLOCK_D + feats
-      x_c = load_rows(x_ptr, rows, n, stride_xn, f, d)
-      y_c = load_rows(y_ptr, cols, m, stride_ym, f, d)
+      x_c = load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_D)
+      y_c = load_tile(y_ptr, col0, m, c, D, BLOCK_N, BLOCK_D)
       s = tl.dot(x_c, tl.trans(y_c), s, input_precision=PRECISION)
   return s, y_t
 
 
 @triton.jit
-def keep_mask(s, rows, cols, n, m, row_off, col_off, thr_r, thr_c,
-              ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr):
-  """Entries that enter a softmax: in range, not the self pair (global indices,
-  EXCLUDE_SELF), and s <= the row's (ROW_THR) / column's (COL_THR) threshold."""
-  keep = (rows[:, None] < n) & (cols[None, :] < m)
-  if EXCLUDE_SELF:
-    keep = keep & ((rows + row_off)[:, None] != (cols + col_off)[None, :])
-  if ROW_THR:
-    keep = keep & (s <= thr_r[:, None])
-  if COL_THR:
-    keep = keep & (s <= thr_c[None, :])
-  return keep
+def on_diagonal(row0, col0, row_off, col_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+  """Whether the tile holds a pair with global row index == global column index."""
+  r, c = row0 + row_off, col0 + col_off
+  return (c < r + BLOCK_M) & (r < c + BLOCK_N)
+
+
+@triton.jit
+def off_diagonal(row0, col0, row_off, col_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+  """[BLOCK_M, BLOCK_N] mask: global row index != global column index."""
+  r = row0 + row_off + tl.arange(0, BLOCK_M)
+  c = col0 + col_off + tl.arange(0, BLOCK_N)
+  return r[:, None] != c[None, :]
 
 
 @triton.jit

@@ -3,28 +3,29 @@
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import keep_mask, load_rows, similarity
+from memeff_jax.kernels._common import load_tile, off_diagonal, on_diagonal, similarity
 
 
 @triton.jit
 def _lse_bwd_kernel(
     # input pointers
-    x_ptr, y_ptr,              # [n, d] rows whose gradient this pass writes, [m, d] columns
+    x_ptr, y_ptr,              # [n, D] rows whose gradient this pass writes, [m, D] columns
     scal_ptr,                  # [3] fp32: scale * log2(e), scale * g_max, g_max
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics
-    # sizes and strides
-    n, m, d, stride_xn, stride_ym,
+    # sizes
+    n, m,
     cols_per_split,            # columns one program sweeps (a multiple of BLOCK_N)
     # output pointers
-    dx_ptr,                    # [splits, n, d]: scale * g_max * sum_j c_ij y_j
-    cs_ptr,                    # [splits, n] fp32: g_max * sum_j c_ij s_ij
+    dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
+    cs_ptr,                    # [splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
     # constexprs
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr, REUSE_Y: tl.constexpr,
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
-    COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, PRECISION: tl.constexpr,
+    COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -35,6 +36,10 @@ def _lse_bwd_kernel(
   once (no atomics: deterministic). The cotangents come divided by g_max so the
   coefficient tile, cast to the input dtype for the dot, stays in [-2, 2] (no
   fp16 underflow at large batches); g_max is multiplied back in fp32.
+
+  Out-of-range rows carry lse = +inf and g = 0 and out-of-range columns load as
+  zero rows (no contribution to the dot or to sum c s), so only the last column
+  tile (where 2^(0 - lse_r) could overflow the cast) and the diagonal tiles are masked.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -45,11 +50,11 @@ def _lse_bwd_kernel(
   cs_mult = tl.load(scal_ptr + 2)
   row_off = tl.load(off_ptr)
   col_off = tl.load(off_ptr + 1)
-  rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-  feats_o = pid_o * BLOCK_DO + tl.arange(0, BLOCK_DO)
+  row0 = pid_m * BLOCK_M
+  rows = row0 + tl.arange(0, BLOCK_M)
   x_t = tl.zeros([1, 1], dtype=tl.float32)
   if NUM_D == 1:
-    x_t = load_rows(x_ptr, rows, n, stride_xn, tl.arange(0, BLOCK_D), d)
+    x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
   in_rows = rows < n
   lse_r = tl.zeros([BLOCK_M], dtype=tl.float32)
   g_r = tl.zeros([BLOCK_M], dtype=tl.float32)
@@ -65,33 +70,42 @@ def _lse_bwd_kernel(
   j_hi = tl.minimum(m, j_lo + cols_per_split)
   for j0 in range(j_lo, j_hi, BLOCK_N):
     cols = j0 + tl.arange(0, BLOCK_N)
-    in_cols = cols < m
-    s, y_t = similarity(x_t, x_ptr, y_ptr, rows, cols, n, m, d, stride_xn, stride_ym,
-                        BLOCK_D, NUM_D, PRECISION)
+    s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
+                        NUM_D, PRECISION)
     z = s * scale2
     coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if HAS_ROW:   # row-role softmax: g_i * P_ij
-      keep = keep_mask(s, rows, cols, n, m, row_off, col_off, thr_r, thr_r,
-                       ROW_THR, False, EXCLUDE_SELF)
-      coef += tl.where(keep, g_r[:, None] * tl.exp2(z - lse_r[:, None]), 0.0)
+      p = tl.exp2(z - lse_r[:, None])
+      if ROW_THR:
+        p = tl.where(s <= thr_r[:, None], p, 0.0)
+      coef += g_r[:, None] * p
     if HAS_COL:   # column-role softmax: g_j * P_ji
+      in_cols = cols < m
       lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
       g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
-      thr_c = tl.zeros([BLOCK_N], dtype=tl.float32)
+      p = tl.exp2(z - lse_c[None, :])
       if COL_THR:
         thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
-      keep = keep_mask(s, rows, cols, n, m, row_off, col_off, thr_c, thr_c,
-                       False, COL_THR, EXCLUDE_SELF)
-      coef += tl.where(keep, g_c[None, :] * tl.exp2(z - lse_c[None, :]), 0.0)
-    cs += tl.sum(coef * s, 1)
+        p = tl.where(s <= thr_c[None, :], p, 0.0)
+      coef += g_c[None, :] * p
+    if EXCLUDE_SELF:
+      if on_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N):
+        coef = tl.where(off_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N), coef, 0.0)
+    if j0 + BLOCK_N > m:
+      coef = tl.where((cols < m)[None, :], coef, 0.0)
+    if WANT_CS:
+      cs += tl.sum(coef * s, 1)
     if REUSE_Y:
       y_o = y_t
     else:
-      y_o = load_rows(y_ptr, cols, m, stride_ym, feats_o, d)
+      y_o = load_tile(y_ptr, j0, m, pid_o, D, BLOCK_N, BLOCK_DO)
     acc = tl.dot(coef.to(y_o.dtype), y_o, acc, input_precision=PRECISION)
   dx = acc * out_mult
-  offs = (pid_s.to(tl.int64) * n + rows.to(tl.int64))[:, None] * d + feats_o[None, :]
-  tl.store(dx_ptr + offs, dx.to(dx_ptr.dtype.element_ty),
-           mask=in_rows[:, None] & (feats_o[None, :] < d))
-  if pid_o == 0:
-    tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
+  feats = pid_o * BLOCK_DO + tl.arange(0, BLOCK_DO)
+  base = dx_ptr + (pid_s.to(tl.int64) * n + row0) * D
+  offs = tl.arange(0, BLOCK_M)[:, None] * D + feats[None, :]
+  tl.store(base + offs, dx.to(dx_ptr.dtype.element_ty),
+           mask=in_rows[:, None] & (feats[None, :] < D))
+  if WANT_CS:
+    if pid_o == 0:
+      tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)

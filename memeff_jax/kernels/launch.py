@@ -131,6 +131,11 @@ def _offsets(offsets) -> jax.Array:
 # ---------------------------------------------------------------------- launchers
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret):
   """Row (and column) log-sum-exp of the masked block, natural log units."""
+  if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
+    opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
+    lse_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False, **opts)
+    lse_col, _ = lse_fwd(y, x, scale, None, offsets[::-1], two_sided=False, **opts)
+    return lse_row, lse_col
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
   block_d, num_d = _chunks(d, config.block_d)
@@ -143,19 +148,19 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   out_shapes = [jax.ShapeDtypeStruct((splits, n), f32),
                 jax.ShapeDtypeStruct((programs, m) if two_sided else (1,), f32)]
   lse_row, lse_col = _call(
-      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), n, m, d, d, d, per_split,
-      out_shapes=out_shapes, grid=(programs, splits),
-      num_warps=config.fwd_num_warps, num_stages=config.fwd_num_stages,
-      name="memeff/lse_fwd", interpret=interpret, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d,
-      NUM_D=num_d, ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self,
-      TWO_SIDED=two_sided, PRECISION=config.precision)
+      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), n, m, per_split,
+      out_shapes=out_shapes, grid=(programs, splits), num_warps=config.fwd_num_warps,
+      num_stages=config.fwd_num_stages, name="memeff/lse_fwd", interpret=interpret, D=d,
+      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, ROW_THR=row_thr is not None,
+      EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided, PRECISION=config.precision)
   lse_row = jax.nn.logsumexp(lse_row * LN2, axis=0)
   lse_col = jax.nn.logsumexp(lse_col * LN2, axis=0) if two_sided else None
   return lse_row, lse_col
 
 
-def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, out_dtype, config, interpret):
-  """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij)`` for the rows of x (see grad_bwd)."""
+def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
+            interpret):
+  """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd)."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   block_d, num_d = _chunks(d, config.block_d)
@@ -178,19 +183,20 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, out_dtype, config, 
 
   dx_dtype = out_dtype if splits == 1 else f32
   out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
-                jax.ShapeDtypeStruct((splits, n), f32)]
+                jax.ShapeDtypeStruct((splits, n) if want_cs else (1,), f32)]
   dx, cs = _call(
-      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *stats(row), *stats(col), n, m, d, d, d,
+      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *stats(row), *stats(col), n, m,
       per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
       num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
-      name="memeff/lse_bwd", interpret=interpret, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d,
-      NUM_D=num_d, BLOCK_DO=block_do, REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d),
+      name="memeff/lse_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
+      BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
+      REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d),
       HAS_ROW=row is not None, HAS_COL=col is not None,
       ROW_THR=row is not None and row.thr is not None,
       COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
-      PRECISION=config.precision)
+      WANT_CS=want_cs, PRECISION=config.precision)
   dx = dx[0] if splits == 1 else jnp.sum(dx, axis=0)
-  return dx.astype(out_dtype), jnp.sum(cs, axis=0)
+  return dx.astype(out_dtype), (jnp.sum(cs, axis=0) if want_cs else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -218,7 +224,8 @@ class TritonBackend:
                    exclude_self=spec.exclude_self, config=self._config(spec, x),
                    interpret=self.interpret)
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, out_dtype):
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, want_cs, out_dtype):
     del x_tab, y_tab
     return lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
-                   out_dtype=out_dtype, config=self._config(spec, x), interpret=self.interpret)
+                   want_cs=want_cs, out_dtype=out_dtype, config=self._config(spec, x),
+                   interpret=self.interpret)

@@ -3,24 +3,25 @@
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import keep_mask, lse2_merge, load_rows, safe_max, similarity
+from memeff_jax.kernels._common import (load_tile, lse2_merge, off_diagonal, on_diagonal,
+                                        safe_max, similarity)
 
 
 @triton.jit
 def _lse_fwd_kernel(
     # input pointers
-    x_ptr, y_ptr,            # [n, d], [m, d] (row-major)
+    x_ptr, y_ptr,            # [n, D], [m, D] (row-major, contiguous)
     scal_ptr,                # [1] fp32: scale * log2(e)
     thr_ptr,                 # [n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [2] int32: global offsets of row 0 and column 0
-    # sizes and strides
-    n, m, d, stride_xn, stride_ym,
+    # sizes
+    n, m,
     cols_per_split,          # columns one program sweeps (a multiple of BLOCK_N)
     # output pointers
     lse_row_ptr,             # [splits, n] fp32, log2 units
     lse_col_ptr,             # [programs, m] fp32, log2 units (TWO_SIDED)
     # constexprs
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr,
 ):
@@ -30,6 +31,8 @@ def _lse_fwd_kernel(
   sweeps its split of the columns with an online (max, sum) per row. TWO_SIDED:
   each program also keeps one partial column log-sum-exp per column (read-modify-
   write of its own row of lse_col: no atomics, deterministic), merged in JAX.
+  Masks cost only where they can bite: the diagonal on tiles that hold it, column
+  range on the last column tile, row range (TWO_SIDED) on the last row tile.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_p = tl.program_id(0)
@@ -42,27 +45,36 @@ def _lse_fwd_kernel(
   j_hi = tl.minimum(m, j_lo + cols_per_split)
   col_part = lse_col_ptr + pid_p.to(tl.int64) * m
   for rb in range(pid_p, tl.cdiv(n, BLOCK_M), num_p):
-    rows = rb * BLOCK_M + tl.arange(0, BLOCK_M)
+    row0 = rb * BLOCK_M
+    rows = row0 + tl.arange(0, BLOCK_M)
     x_t = tl.zeros([1, 1], dtype=tl.float32)
     if NUM_D == 1:
-      x_t = load_rows(x_ptr, rows, n, stride_xn, tl.arange(0, BLOCK_D), d)
+      x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
     thr = tl.zeros([BLOCK_M], dtype=tl.float32)
     if ROW_THR:
       thr = tl.load(thr_ptr + rows, mask=rows < n, other=0.0)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)   # running max (log2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)            # running sum of 2^(z - m_i)
     for j0 in range(j_lo, j_hi, BLOCK_N):
+      s, _ = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
+                        NUM_D, PRECISION)
+      z = s * scale2
+      if ROW_THR:
+        z = tl.where(s <= thr[:, None], z, float("-inf"))
+      if EXCLUDE_SELF:
+        if on_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N):
+          z = tl.where(off_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N), z,
+                       float("-inf"))
       cols = j0 + tl.arange(0, BLOCK_N)
-      s, _ = similarity(x_t, x_ptr, y_ptr, rows, cols, n, m, d, stride_xn, stride_ym,
-                        BLOCK_D, NUM_D, PRECISION)
-      keep = keep_mask(s, rows, cols, n, m, row_off, col_off, thr, thr,
-                       ROW_THR, False, EXCLUDE_SELF)
-      z = tl.where(keep, s * scale2, float("-inf"))
+      if j0 + BLOCK_N > m:
+        z = tl.where((cols < m)[None, :], z, float("-inf"))
       m_new = tl.maximum(m_i, tl.max(z, 1))
       shift = safe_max(m_new)
       l_i = l_i * tl.exp2(m_i - shift) + tl.sum(tl.exp2(z - shift[:, None]), 1)
       m_i = m_new
       if TWO_SIDED:
+        if row0 + BLOCK_M > n:
+          z = tl.where((rows < n)[:, None], z, float("-inf"))
         c_max = safe_max(tl.max(z, 0))
         c_lse = c_max + tl.log2(tl.sum(tl.exp2(z - c_max[None, :]), 0))
         seen = tl.where(rb == pid_p, 0, m)   # nothing stored yet on this program's first tile
