@@ -29,13 +29,11 @@ def _b(m, n, w, st, **kw):
 
 
 CANDIDATES = {
-    128: [dict(fwd_col_pass=True), _b(128, 64, 8, 2), _b(64, 64, 4, 3), _f(128, 128, 8, 2),
-          _b(64, 128, 8, 3)],
-    512: [dict(fwd_col_pass=True), _b(32, 64, 8, 2), _b(32, 64, 8, 3), _b(64, 64, 8, 2),
-          _f(128, 32, 8, 2, fwd_col_pass=True), _f(128, 64, 8, 2, fwd_col_pass=True),
-          _b(32, 128, 8, 2), _b(64, 32, 8, 3)],
-    1024: [dict(fwd_col_pass=True), _b(32, 64, 8, 3, bwd_block_do=512),
-           _b(64, 64, 8, 3, block_d=128), _f(128, 64, 8, 3)],
+    128: [_b(64, 64, 8, 3), _f(128, 128, 8, 2), dict(fwd_col_pass=False)],
+    512: [_b(64, 32, 8, 2), _b(32, 32, 8, 2), _f(64, 64, 8, 2), dict(fwd_col_pass=False)],
+    1024: [_f(32, 32, 8, 2, fwd_block_d=1024),
+           _b(64, 64, 8, 3, bwd_block_d=64, bwd_block_do=256),
+           _b(32, 64, 8, 3, bwd_block_d=64, bwd_block_do=1024)],
 }
 
 

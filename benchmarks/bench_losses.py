@@ -17,6 +17,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.sharding import Mesh
 
 import memeff_jax as mj
 from benchmarks._harness import Result, Writer, compiled_extra_gib, guarded, summarize, time_jax
@@ -41,9 +42,15 @@ def inputs(name, b, d, dtype, seed=0):
 
 
 def jax_step(name, provider, config=None):
+  """jit(value_and_grad) of one provider: a backend name, "reference" (dense XLA), or
+  "ring1" (the triton backend through the ring on a one-device mesh: its overhead)."""
   fn, ref, _, argnums, kw, _ = LOSSES[name]
   if provider == "reference":
     loss = lambda *a: ref(*a, **kw)
+  elif provider == "ring1":
+    mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
+    loss = mj.sharded(lambda *a, axis_name: fn(*a, axis_name=axis_name, backend="triton",
+                                               config=config, **kw), mesh, "batch")
   else:
     loss = lambda *a: fn(*a, backend=provider, config=config, **kw)
   return jax.jit(jax.value_and_grad(loss, argnums=argnums))
@@ -56,7 +63,7 @@ def bench_jax(writer, name, provider, b, d, dtype, reps, config=None, label=None
     args = inputs(name, b, d, dtype)
     step = jax_step(name, provider, config)
     r.extra_gib = compiled_extra_gib(step, *args)
-    times = time_jax(step, *args, reps=reps)
+    times = time_jax(step, *args, reps=reps, warmup=1 if b >= 262144 else 2)
     val = float(step(*args)[0])
     if not np.isfinite(val):
       r.note = f"non-finite loss {val}"

@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
-# One packed device call: GPU tests, then benchmarks, everything logged under $OUT.
-#   source .gpu/setup.sh && bash benchmarks/run_device.sh tests|configs|bench|all
+# One packed device call: the headline comparison, the benchmark table, the 1M run,
+# the GPU tests and a tile sweep, each stage under its own time limit, logs in $OUT.
+#   source .gpu/setup.sh && bash benchmarks/run_device.sh
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-what=${1:-all}
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv | tee "$OUT/gpu.txt"
-if [[ $what == tests || $what == all ]]; then
-  timeout ${TEST_TIMEOUT:-360} python -m pytest -m gpu tests/test_gpu.py -q -p no:cacheprovider \
-    -o addopts="" --durations=10 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
-fi
-if [[ $what == configs || $what == all ]]; then
-  timeout ${CONFIG_TIMEOUT:-240} python benchmarks/bench_configs.py --batch 65536 \
-    --dims ${CONFIG_DIMS:-512,128,1024} --out "$OUT/configs.csv" 2>&1 | grep -v "^  (" | cut -c1-250
-fi
-if [[ $what == bench || $what == all ]]; then
-  timeout ${BENCH_TIMEOUT:-400} python benchmarks/bench_losses.py ${BENCH_ARGS:---losses clip,lit} \
-    --out "$OUT/bench.csv" 2>&1 | cut -c1-250
-fi
+export MEMEFF_TEST_GPU=1
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|error" | cut -c1-260; }
+stage ${T_HEAD:-120} python benchmarks/bench_losses.py --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7 \
+  --batch 65536 --dims 512 --providers triton,ring1,reference,memeff --out "$OUT/headline.csv"
+stage ${T_TABLE:-200} python benchmarks/bench_losses.py --losses clip,lit \
+  --batch 4096,16384,65536,262144 --dims 128,512,1024 --providers triton,blockwise,reference,memeff \
+  --max-dense-batch 16384 --out "$OUT/table.csv"
+stage ${T_BIG:-60} python benchmarks/bench_1m.py --losses clip --out "$OUT/big.csv"
+timeout ${T_TESTS:-150} python -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
+  -o addopts="" -rf --tb=short ${TEST_K:+-k "$TEST_K"} > "$OUT/gpu_tests.log" 2>&1
+grep -E "PASSED|FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | sed 's/.*::/  /' | cut -c1-120 | tail -45
+stage ${T_SWEEP:-60} python benchmarks/bench_configs.py --batch 65536 --dims ${SWEEP_DIMS:-1024} \
+  --reps 5 --out "$OUT/configs.csv"

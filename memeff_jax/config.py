@@ -19,9 +19,9 @@ class KernelConfig:
     fwd_num_warps, fwd_num_stages: its launch settings.
     bwd_block_m, bwd_block_n: row/column tile of the gradient kernel.
     bwd_num_warps, bwd_num_stages: its launch settings.
-    block_d: feature chunk of the similarity dot. ``block_d >= d`` keeps the row
-      tile resident for the whole column sweep (the fast shape); smaller values
-      walk the features in chunks (large ``d``).
+    fwd_block_d, bwd_block_d: feature chunk of each kernel's similarity dot.
+      ``>= d`` keeps the row tile resident for the whole column sweep; smaller
+      values walk the features in chunks (large ``d``).
     bwd_block_do: feature width of one gradient program's fp32 accumulator. Below
       ``d``, the grid gains a feature axis and each program recomputes its
       similarities (no atomics, still deterministic).
@@ -45,7 +45,8 @@ class KernelConfig:
   bwd_block_n: int = 64
   bwd_num_warps: int = 4
   bwd_num_stages: int = 2
-  block_d: int = 64
+  fwd_block_d: int = 64
+  bwd_block_d: int = 64
   bwd_block_do: int = 64
   max_programs: int = 264
   min_programs: int = 264
@@ -64,8 +65,8 @@ class KernelConfig:
           raise ValueError(f"KernelConfig.fwd_col_pass must be a bool, got {v!r}")
       elif not isinstance(v, int) or v < 1:
         raise ValueError(f"KernelConfig.{f.name} must be a positive int, got {v!r}")
-    for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "block_d",
-                 "bwd_block_do"):
+    for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "fwd_block_d",
+                 "bwd_block_d", "bwd_block_do"):
       v = getattr(self, name)
       if v < 16 or v & (v - 1):
         raise ValueError(f"KernelConfig.{name} must be a power of two >= 16 (tl.dot), got {v}")
@@ -75,37 +76,44 @@ def _pow2(v: int) -> int:
   return max(16, 1 << (int(v) - 1).bit_length())
 
 
+def _cfg(fwd, bwd, **kw) -> KernelConfig:
+  (fm, fn, fw, fs), (bm, bn, bw, bs) = fwd, bwd
+  return KernelConfig(fwd_block_m=fm, fwd_block_n=fn, fwd_num_warps=fw, fwd_num_stages=fs,
+                      bwd_block_m=bm, bwd_block_n=bn, bwd_num_warps=bw, bwd_num_stages=bs,
+                      **kw)
+
+
 def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
   """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200.
 
-  Hopper has 227 KB of shared memory a block: the resident row tile plus
-  ``num_stages`` column tiles must fit, and the gradient accumulator
-  (``bwd_block_m x bwd_block_do`` fp32) must fit the register file.
+  Constraints behind the table (measured on an H200 with Triton 3.6, see
+  benchmarks/bench_configs.py): shared memory holds the resident row tile plus
+  ``num_stages`` column tiles, (block_m + stages * block_n) * d_pad * itemsize, and
+  must stay under 227 KB (above it the launch fails); the gradient accumulator
+  (block_m x bwd_block_do fp32) plus the resident row tile must fit 255 registers
+  a thread or it spills. Above d = 512 the forward walks the features in chunks of
+  64 (a resident tile would spill) and the gradient pass uses 32-row tiles.
   """
   d_pad = _pow2(d)
   if interpret:
     # The interpreter runs every program in Python: few, large tiles are fastest.
     return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
-                        block_d=d_pad, bwd_block_do=d_pad, precision="ieee",
-                        max_programs=4, min_programs=1)
+                        fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad,
+                        precision="ieee", max_programs=4, min_programs=1)
   wide = np.dtype(dtype).itemsize >= 4
+  res = dict(fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad, fwd_col_pass=True)
   if d_pad <= 128:
-    return KernelConfig(fwd_block_m=128, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=3,
-                        bwd_block_m=128, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=3,
-                        block_d=d_pad, bwd_block_do=d_pad)
+    return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
+        _cfg((128, 64, 8, 3), (128, 64, 8, 3), **res)
   if d_pad <= 256:
-    return KernelConfig(fwd_block_m=128, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=2,
-                        bwd_block_m=64, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=2,
-                        block_d=d_pad, bwd_block_do=d_pad)
-  if d_pad <= 512 and not wide:
-    return KernelConfig(fwd_block_m=64, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=3,
-                        bwd_block_m=32, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=2,
-                        block_d=d_pad, bwd_block_do=d_pad)
+    return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res) if wide else \
+        _cfg((128, 64, 8, 2), (64, 64, 8, 2), **res)
   if d_pad <= 512:
-    return KernelConfig(fwd_block_m=64, fwd_block_n=32, fwd_num_warps=8, fwd_num_stages=2,
-                        bwd_block_m=32, bwd_block_n=32, bwd_num_warps=8, bwd_num_stages=2,
-                        block_d=d_pad, bwd_block_do=d_pad)
-  # d > 512: walk the features in chunks and split the gradient's feature axis.
-  return KernelConfig(fwd_block_m=64, fwd_block_n=64, fwd_num_warps=8, fwd_num_stages=3,
-                      bwd_block_m=64, bwd_block_n=64, bwd_num_warps=8, bwd_num_stages=3,
-                      block_d=64, bwd_block_do=256 if not wide else 128)
+    return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res) if wide else \
+        _cfg((128, 32, 8, 2), (32, 64, 8, 2), **res)
+  chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=256, fwd_col_pass=True)
+  if d_pad <= 1024 and not wide:
+    return _cfg((128, 64, 8, 3), (32, 32, 8, 2), fwd_block_d=64, bwd_block_d=d_pad,
+                bwd_block_do=d_pad, fwd_col_pass=True)
+  return _cfg((128, 64, 8, 3), (64, 64, 8, 3), **chunked) if not wide else \
+      _cfg((64, 64, 8, 3), (64, 64, 8, 3), **dict(chunked, bwd_block_do=128))

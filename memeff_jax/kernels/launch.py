@@ -138,7 +138,7 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
     return lse_row, lse_col
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
-  block_d, num_d = _chunks(d, config.block_d)
+  block_d, num_d = _chunks(d, config.fwd_block_d)
   row_tiles = _cdiv(n, bm)
   programs = min(row_tiles, config.max_programs) if two_sided else row_tiles
   splits, per_split = _splits(m, bn, programs, config)
@@ -163,7 +163,7 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd)."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
-  block_d, num_d = _chunks(d, config.block_d)
+  block_d, num_d = _chunks(d, config.bwd_block_d)
   block_do, num_do = _chunks(d, config.bwd_block_do)
   splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
   f32 = jnp.float32
