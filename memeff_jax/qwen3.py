@@ -3,6 +3,7 @@ mask, optional q-q / d-d in-batch negatives and row-specific hard negatives (MAT
 
 from __future__ import annotations
 
+import textwrap
 from typing import Hashable
 
 import jax
@@ -150,27 +151,6 @@ def qwen3_loss(
     tau_plus: ArrayLike = 0.0, label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
     axis_name: Hashable | None = None, backend: Backend = "auto", deterministic: bool = False,
     config: KernelConfig | None = None) -> jax.Array:
-  r"""Qwen3-Embedding InfoNCE: q -> d softmax with a false-negative mask.
-
-  .. math::
-    L = \frac{1}{B} \sum_i \Big[ \log Z_i - \frac{s(q_i, d_i)}{t} \Big], \quad
-    Z_i = \sum_{c} [s_c \le s(q_i, d_i) + \mu]\, e^{s_c / t}
-
-  over row i's candidates: every document, other queries (``use_qq_negatives``),
-  other documents against d_i (``use_dd_negatives``) and row i's hard negatives.
-  The positive is always kept (margin >= 0). Every backend is deterministic.
-
-  Gradient differences from ``jax.grad(reference.qwen3_loss)``: none beyond
-  ``stable``; the mask and its threshold carry no gradient in both.
-  """ + _ARGS_DOC + """
-  Examples:
-    >>> import jax
-    >>> from memeff_jax import qwen3_loss
-    >>> kq, kd = jax.random.split(jax.random.key(0))
-    >>> q = jax.random.normal(kq, (8, 16)); d = q + 0.1 * jax.random.normal(kd, (8, 16))
-    >>> float(qwen3_loss(q, d, use_qq_negatives=True, backend="blockwise")) < 1.0
-    True
-  """
   return qwen3_loss_with_stats(
       query_features, doc_features, hard_negatives, temperature=temperature, margin=margin,
       use_qq_negatives=use_qq_negatives, use_dd_negatives=use_dd_negatives,
@@ -202,25 +182,48 @@ def lit_qwen3_loss(
     label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
     axis_name: Hashable | None = None, backend: Backend = "auto", deterministic: bool = False,
     config: KernelConfig | None = None) -> jax.Array:
-  r"""LiT-Qwen3: :func:`qwen3_loss` with the documents and hard negatives locked.
-
-  Only the queries are trained: the documents' and hard negatives' gradients are
-  exactly zero and no kernel computes them. There is no d-d option (its repulsion
-  would have nowhere to land).
-  """ + _ARGS_DOC.replace(
-      "    query_features: [batch, d] float array (fp32, fp16 or bf16).",
-      "    query_features: [batch, d] float array (fp32, fp16 or bf16), trained.") + """
-  Examples:
-    >>> import jax
-    >>> from memeff_jax import lit_qwen3_loss
-    >>> kq, kd = jax.random.split(jax.random.key(0))
-    >>> q = jax.random.normal(kq, (8, 16)); d = jax.random.normal(kd, (8, 16))
-    >>> g = jax.grad(lambda d: lit_qwen3_loss(q, d, backend="blockwise"))(d)
-    >>> bool((g == 0).all())
-    True
-  """
   return lit_qwen3_loss_with_stats(
       query_features, doc_features, hard_negatives, temperature=temperature, margin=margin,
       use_qq_negatives=use_qq_negatives, normalized_inputs=normalized_inputs, stable=stable,
       tau_plus=tau_plus, label_smoothing=label_smoothing, lse_square_scale=lse_square_scale,
       axis_name=axis_name, backend=backend, deterministic=deterministic, config=config)[0]
+
+
+qwen3_loss.__doc__ = r"""Qwen3-Embedding InfoNCE: q -> d softmax with a false-negative mask.
+
+.. math::
+  L = \frac{1}{B} \sum_i \Big[ \log Z_i - \frac{s(q_i, d_i)}{t} \Big], \quad
+  Z_i = \sum_{c} [s_c \le s(q_i, d_i) + \mu]\, e^{s_c / t}
+
+over row i's candidates: every document, other queries (``use_qq_negatives``),
+other documents against d_i (``use_dd_negatives``) and row i's hard negatives.
+The positive is always kept (margin >= 0). Every backend is deterministic.
+
+Gradient differences from ``jax.grad(reference.qwen3_loss)``: none beyond
+``stable``; the mask and its threshold carry no gradient in both.
+""" + textwrap.dedent(_ARGS_DOC) + """
+Examples:
+  >>> import jax
+  >>> from memeff_jax import qwen3_loss
+  >>> kq, kd = jax.random.split(jax.random.key(0))
+  >>> q = jax.random.normal(kq, (8, 16)); d = q + 0.1 * jax.random.normal(kd, (8, 16))
+  >>> float(qwen3_loss(q, d, use_qq_negatives=True, backend="blockwise")) < 1.0
+  True
+"""
+lit_qwen3_loss.__doc__ = """LiT-Qwen3: :func:`qwen3_loss` with the documents and hard negatives locked.
+
+Only the queries are trained: the documents' and hard negatives' gradients are
+exactly zero and no kernel computes them. There is no d-d option (its repulsion
+would have nowhere to land).
+""" + textwrap.dedent(_ARGS_DOC).replace(
+    "  query_features: [batch, d] float array (fp32, fp16 or bf16).",
+    "  query_features: [batch, d] float array (fp32, fp16 or bf16), trained.") + """
+Examples:
+  >>> import jax
+  >>> from memeff_jax import lit_qwen3_loss
+  >>> kq, kd = jax.random.split(jax.random.key(0))
+  >>> q = jax.random.normal(kq, (8, 16)); d = jax.random.normal(kd, (8, 16))
+  >>> g = jax.grad(lambda d: lit_qwen3_loss(q, d, backend="blockwise"))(d)
+  >>> bool((g == 0).all())
+  True
+"""

@@ -118,3 +118,17 @@ def test_stable_factor(backend):
   on, off = f(True)(x, y, t), f(False)(x, y, t)
   for a, c in zip(on, off):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("col_pass", [False, True])
+def test_column_statistics_both_ways(col_pass):
+  # Column log-normalizers from per-program partials, or (the GPU default) from a
+  # second row pass over the swapped block: the same numbers.
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  from memeff_jax.config import default_config  # pylint: disable=g-import-not-at-top
+  b, d = 150, 40
+  cfg = dataclasses.replace(default_config(d, jnp.float32, interpret=True),
+                            fwd_col_pass=col_pass, fwd_block_m=32, max_programs=3)
+  x, y = features(11, [(b, d), (b, d)], jnp.float32)
+  compare(lambda *a, **k: clip_loss(*a, backend="interpret", config=cfg, **k),
+          reference.clip_loss, [x, y], tau_plus=0.1)
