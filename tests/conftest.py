@@ -12,6 +12,9 @@ HAS_GPU = os.path.exists("/dev/nvidia0") or os.environ.get("MEMEFF_TEST_GPU") ==
 if not HAS_GPU:
   os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Scripts the tests start in subprocesses, not test modules.
+collect_ignore_glob = ["helpers/*"]
+
 import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 import pytest  # noqa: E402  pylint: disable=g-import-not-at-top
 
