@@ -5,6 +5,8 @@
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export MEMEFF_TEST_GPU=1
+# memeff (the PyTorch baseline) could not create its Triton cache dir in run 3.
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
 stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|error" | cut -c1-260; }
 stage ${T_HEAD:-120} python benchmarks/bench_losses.py --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7 \
