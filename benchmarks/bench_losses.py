@@ -12,7 +12,6 @@ q-q and d-d; hard negatives are O(B K D)).
 from __future__ import annotations
 
 import argparse
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -113,7 +112,7 @@ def bench_memeff(writer, name, b, d, reps):
       e.record()
       torch.cuda.synchronize()
       times.append(s.elapsed_time(e))
-    del xs
+    xs.clear()
     torch.cuda.empty_cache()
     return summarize(r, times, LOSSES[name][5] * 2.0 * b * b * d)
 
