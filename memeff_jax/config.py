@@ -111,9 +111,9 @@ def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
   if d_pad <= 512:
     return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res) if wide else \
         _cfg((128, 32, 8, 2), (32, 64, 8, 2), **res)
-  chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=256, fwd_col_pass=True)
   if d_pad <= 1024 and not wide:
     return _cfg((128, 64, 8, 3), (32, 32, 8, 2), fwd_block_d=64, bwd_block_d=d_pad,
                 bwd_block_do=d_pad, fwd_col_pass=True)
+  chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=256, fwd_col_pass=True)
   return _cfg((128, 64, 8, 3), (64, 64, 8, 3), **chunked) if not wide else \
       _cfg((64, 64, 8, 3), (64, 64, 8, 3), **dict(chunked, bwd_block_do=128))
