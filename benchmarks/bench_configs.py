@@ -28,12 +28,27 @@ def _b(m, n, w, st, **kw):
   return dict(bwd_block_m=m, bwd_block_n=n, bwd_num_warps=w, bwd_num_stages=st, **kw)
 
 
+def _tf(m, n, k, w, st, **kw):   # tiled forward: GEMM tile (m, n), feature chunk k
+  return dict(fwd_tiled=True, fwd_block_m=m, fwd_block_n=n, fwd_block_d=k, fwd_num_warps=w,
+              fwd_num_stages=st, **kw)
+
+
+def _tb(m, n, k, w, st, **kw):   # tiled gradient: coefficient tile (m, n), chunk k
+  return dict(bwd_tiled=True, bwd_block_m=m, bwd_block_n=n, bwd_block_d=k, bwd_num_warps=w,
+              bwd_num_stages=st, **kw)
+
+
 CANDIDATES = {
-    128: [_b(64, 64, 8, 3), _f(128, 128, 8, 2), dict(fwd_col_pass=False)],
-    512: [_b(64, 32, 8, 2), _b(32, 32, 8, 2), _f(64, 64, 8, 2), dict(fwd_col_pass=False)],
-    1024: [_f(32, 32, 8, 2, fwd_block_d=1024),
-           _b(64, 64, 8, 3, bwd_block_d=64, bwd_block_do=256),
-           _b(32, 64, 8, 3, bwd_block_d=64, bwd_block_do=1024)],
+    128: [_tf(128, 128, 64, 8, 3), _tb(128, 128, 64, 8, 3), _tb(128, 64, 64, 4, 4)],
+    512: [_b(64, 64, 8, 2), _b(64, 32, 8, 2),
+          _tf(128, 128, 64, 8, 3), _tf(128, 128, 64, 8, 4), _tf(128, 256, 64, 8, 3),
+          _tf(256, 128, 64, 8, 3), _tf(64, 128, 64, 4, 4), _tf(128, 128, 128, 8, 2),
+          _tb(128, 128, 64, 8, 3), _tb(128, 128, 64, 8, 4), _tb(64, 128, 64, 4, 4),
+          _tb(128, 64, 64, 4, 4), _tb(128, 128, 64, 8, 3, slab_kib=131072),
+          _tb(128, 128, 64, 8, 3, slab_kib=32768)],
+    256: [_tf(128, 128, 64, 8, 3), _b(64, 32, 8, 2)],
+    1024: [_tb(128, 128, 64, 8, 3), _tb(64, 128, 64, 4, 4, slab_kib=131072),
+           _tb(128, 64, 64, 4, 4)],
 }
 
 
@@ -43,6 +58,7 @@ def main(argv=None):
   p.add_argument("--dims", default="128,512,1024")
   p.add_argument("--losses", default="clip")
   p.add_argument("--reps", type=int, default=10)
+  p.add_argument("--only", default=None, help="comma-separated candidate indices")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   w = Writer(a.out)
@@ -52,6 +68,8 @@ def main(argv=None):
     x, y = (jax.random.normal(k, (b, d), jnp.float32).astype(jnp.bfloat16)
             for k in jax.random.split(jax.random.key(0), 2))
     for i, t in enumerate(cands):
+      if a.only is not None and str(i) not in a.only.split(","):
+        continue
       cfg = dataclasses.replace(default_config(d, jnp.bfloat16), **t)
       for name in a.losses.split(","):
         fn = {"clip": mj.clip_loss, "lit": mj.lit_loss}[name]

@@ -40,11 +40,28 @@ def inputs(name, b, d, dtype, seed=0):
   return [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
 
 
+def dense(x, y, two_sided, temperature=0.07):
+  """The plain dense XLA loss a user would write (CLIP or LiT, no options): B x B logits."""
+  x, y = (v / jnp.linalg.norm(v.astype(jnp.float32), axis=-1, keepdims=True).astype(v.dtype)
+          for v in (x, y))
+  logits = jnp.dot(x, y.T, preferred_element_type=jnp.float32) / temperature
+  diag = jnp.diagonal(logits)
+  loss = jnp.mean(jax.nn.logsumexp(logits, axis=1) - diag)
+  if two_sided:
+    loss = 0.5 * (loss + jnp.mean(jax.nn.logsumexp(logits, axis=0) - diag))
+  return loss
+
+
 def jax_step(name, provider, config=None):
-  """jit(value_and_grad) of one provider: a backend name, "reference" (dense XLA), or
-  "ring1" (the triton backend through the ring on a one-device mesh: its overhead)."""
+  """jit(value_and_grad) of one provider: a backend name, "reference" (our dense
+  reference with every option), "dense" (the plain dense XLA CLIP/LiT), or "ring1"
+  (the triton backend through the ring on a one-device mesh: its overhead)."""
   fn, ref, _, argnums, kw, _ = LOSSES[name]
-  if provider == "reference":
+  if provider == "dense":
+    if name not in ("clip", "lit"):
+      raise ValueError("the plain dense provider covers clip and lit")
+    loss = lambda x, y: dense(x, y, two_sided=name == "clip")
+  elif provider == "reference":
     loss = lambda *a: ref(*a, **kw)
   elif provider == "ring1":
     mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
@@ -138,7 +155,7 @@ def main(argv=None):
     for d in map(int, a.dims.split(",")):
       for b in map(int, a.batch.split(",")):
         for prov in a.providers.split(","):
-          if prov in ("reference", "blockwise") and b > a.max_dense_batch:
+          if prov in ("reference", "blockwise", "dense") and b > a.max_dense_batch:
             continue
           if prov == "memeff":
             if b <= a.max_memeff_batch:

@@ -1,22 +1,52 @@
 #!/usr/bin/env bash
-# One packed device call: the headline comparison, the benchmark table, the 1M run,
-# the GPU tests and a tile sweep, each stage under its own time limit, logs in $OUT.
-#   source .gpu/setup.sh && bash benchmarks/run_device.sh
+# One packed device call, logs and CSVs in $OUT. Stages (pick with STAGES, default all):
+#   tests    the GPU tests, in 4 parallel pytest processes (compiling is the slow part)
+#   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
+#   table    the README table: B x D for CLIP and LiT, every provider
+#   big      B = 1,048,576
+#   sweep    tile candidates of bench_configs.py
+#   source .gpu/setup.sh && STAGES="tests headline" bash benchmarks/run_device.sh
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+STAGES=${STAGES:-tests headline table big sweep}
 export MEMEFF_TEST_GPU=1
-# memeff (the PyTorch baseline) could not create its Triton cache dir in run 3.
+# memeff (the PyTorch baseline) needs a writable Triton cache dir.
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
+mkdir -p "$TRITON_CACHE_DIR"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|error" | cut -c1-260; }
-stage ${T_HEAD:-120} python benchmarks/bench_losses.py --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7 \
-  --batch 65536 --dims 512 --providers triton,ring1,reference,memeff --out "$OUT/headline.csv"
-stage ${T_TABLE:-200} python benchmarks/bench_losses.py --losses clip,lit \
-  --batch 4096,16384,65536,262144 --dims 128,512,1024 --providers triton,blockwise,reference,memeff \
-  --max-dense-batch 16384 --out "$OUT/table.csv"
-stage ${T_BIG:-60} python benchmarks/bench_1m.py --losses clip --out "$OUT/big.csv"
-timeout ${T_TESTS:-150} python -m pytest -m gpu tests/test_gpu.py -v -p no:cacheprovider \
-  -o addopts="" -rf --tb=short ${TEST_K:+-k "$TEST_K"} > "$OUT/gpu_tests.log" 2>&1
-grep -E "PASSED|FAILED|ERROR|passed|failed" "$OUT/gpu_tests.log" | sed 's/.*::/  /' | cut -c1-120 | tail -45
-stage ${T_SWEEP:-60} python benchmarks/bench_configs.py --batch 65536 --dims ${SWEEP_DIMS:-1024} \
-  --reps 5 --out "$OUT/configs.csv"
+if has tests; then
+  # TEST_IDS: a file of test ids to run instead of all of them (e.g. a rerun).
+  python -m pytest --collect-only -q -m gpu tests/test_gpu.py -o addopts="" -p no:cacheprovider \
+    | grep "::" > /tmp/gpu_ids
+  [ -n "$TEST_IDS" ] && cp "$TEST_IDS" /tmp/gpu_ids
+  for i in 0 1 2 3; do
+    awk -v i=$i 'NR % 4 == i' /tmp/gpu_ids > /tmp/gpu_ids.$i
+    [ -s /tmp/gpu_ids.$i ] || continue   # an empty shard would run the whole file
+    timeout ${T_TESTS:-420} python -m pytest -m gpu $(cat /tmp/gpu_ids.$i) -v -p no:cacheprovider \
+      -o addopts="" -rf --tb=short > "$OUT/gpu_tests.$i.log" 2>&1 &
+  done
+  wait
+  cat "$OUT"/gpu_tests.*.log | grep -cE "PASSED" | sed 's/^/passed: /'
+  cat "$OUT"/gpu_tests.*.log | grep -E "FAILED|ERROR|Timeout" | cut -c1-200 | head -30
+fi
+# memeff runs in processes of its own: after jax-triton has run in a process, its
+# Triton finds no cache dir ("Could not create or locate cache dir").
+for prov in triton memeff; do
+  has headline && stage ${T_HEAD:-200} python benchmarks/bench_losses.py \
+    --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7,lit_qwen3 --batch 65536 --dims 512 \
+    --providers $prov --reps ${HEAD_REPS:-10} --out "$OUT/headline_$prov.csv"
+  has headline && stage ${T_HEAD16:-60} python benchmarks/bench_losses.py --losses clip,lit \
+    --batch 16384 --dims 512 --providers $prov$([ $prov = triton ] && echo ,dense) \
+    --out "$OUT/headline16k_$prov.csv"
+done
+for prov in triton,blockwise,dense,reference memeff; do
+  has table && stage ${T_TABLE:-300} python benchmarks/bench_losses.py --losses clip,lit \
+    --batch 4096,16384,65536,262144 --dims 128,512,1024 --providers $prov \
+    --max-dense-batch 16384 --reps ${TABLE_REPS:-10} --out "$OUT/table_${prov%%,*}.csv"
+done
+has big && stage ${T_BIG:-120} python benchmarks/bench_1m.py --losses clip --out "$OUT/big.csv"
+has sweep && stage ${T_SWEEP:-90} python benchmarks/bench_configs.py --batch 65536 \
+  --dims ${SWEEP_DIMS:-256,1024} --reps 5 --out "$OUT/configs.csv"
+true

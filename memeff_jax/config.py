@@ -32,6 +32,12 @@ class KernelConfig:
       programs (partials reduced in JAX) so small batches still fill the GPU.
     fwd_col_pass: two-sided blocks (CLIP) get their column statistics from a second
       row pass over the swapped block instead of per-program column partials.
+    fwd_tiled: the forward as slabs of plain GEMM tiles (grid rows x columns), each
+      with a row and a column partial log-sum-exp: both sides in one sweep.
+    bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
+      multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
+      FlashAttention-shaped pass with the accumulator in registers.
+    slab_kib: memory budget of one slab's buffers (KiB) for the tiled passes.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32" like JAX's
       default GPU matmul, "tf32x3", or "ieee"). 16-bit inputs ignore it.
     blockwise_tile: column tile of the pure-JAX blockwise backend.
@@ -51,6 +57,9 @@ class KernelConfig:
   max_programs: int = 264
   min_programs: int = 264
   fwd_col_pass: bool = False
+  fwd_tiled: bool = False
+  bwd_tiled: bool = False
+  slab_kib: int = 65536
   precision: Precision = "tf32"
   blockwise_tile: int = 512
 
@@ -60,9 +69,9 @@ class KernelConfig:
       if f.name == "precision":
         if v not in ("tf32", "tf32x3", "ieee"):
           raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
-      elif f.name == "fwd_col_pass":
+      elif f.name in ("fwd_col_pass", "fwd_tiled", "bwd_tiled"):
         if not isinstance(v, bool):
-          raise ValueError(f"KernelConfig.fwd_col_pass must be a bool, got {v!r}")
+          raise ValueError(f"KernelConfig.{f.name} must be a bool, got {v!r}")
       elif not isinstance(v, int) or v < 1:
         raise ValueError(f"KernelConfig.{f.name} must be a positive int, got {v!r}")
     for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "fwd_block_d",
@@ -86,13 +95,18 @@ def _cfg(fwd, bwd, **kw) -> KernelConfig:
 def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
   """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200.
 
-  Constraints behind the table (measured on an H200 with Triton 3.6, see
-  benchmarks/bench_configs.py): shared memory holds the resident row tile plus
-  ``num_stages`` column tiles, (block_m + stages * block_n) * d_pad * itemsize, and
-  must stay under 227 KB (above it the launch fails); the gradient accumulator
-  (block_m x bwd_block_do fp32) plus the resident row tile must fit 255 registers
-  a thread or it spills. Above d = 512 the forward walks the features in chunks of
-  64 (a resident tile would spill) and the gradient pass uses 32-row tiles.
+  Measured on an H200 with Triton 3.6 (benchmarks/bench_configs.py, NOTES.md):
+  - 16-bit inputs, d_pad >= 512: the forward is tiled (128 x 128 GEMM tiles,
+    64-feature chunks, 3 stages: both sides in one sweep, 2x the two row sweeps).
+    The gradient is FlashAttention-shaped up to d_pad = 512 (64 x 64 tiles, 8
+    warps: the 64 x 512 fp32 accumulator is 128 registers a thread); above, the
+    accumulator no longer fits and the gradient is tiled (coefficient slabs times
+    cuBLAS).
+  - Smaller d: the sweep kernels (resident row tile, online statistics, a second
+    row sweep for the columns) beat the tiled forward, whose two exponentials per
+    entry then outweigh the short GEMM.
+  - Shared memory (resident tile + stages * streamed tiles) must stay under 227 KB
+    or the launch fails; fp32 tiles are half as tall.
   """
   d_pad = _pow2(d)
   if interpret:
@@ -102,6 +116,8 @@ def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
                         precision="ieee", max_programs=4, min_programs=1)
   wide = np.dtype(dtype).itemsize >= 4
   res = dict(fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad, fwd_col_pass=True)
+  tiled_fwd = dict(fwd_block_m=128, fwd_block_n=128, fwd_block_d=64, fwd_num_warps=8,
+                   fwd_num_stages=3, fwd_tiled=True)
   if d_pad <= 128:
     return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
         _cfg((128, 64, 8, 3), (128, 64, 8, 3), **res)
@@ -109,11 +125,12 @@ def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
     return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res) if wide else \
         _cfg((128, 64, 8, 2), (64, 64, 8, 2), **res)
   if d_pad <= 512:
-    return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res) if wide else \
-        _cfg((128, 32, 8, 2), (32, 64, 8, 2), **res)
-  if d_pad <= 1024 and not wide:
-    return _cfg((128, 64, 8, 3), (32, 32, 8, 2), fwd_block_d=64, bwd_block_d=d_pad,
-                bwd_block_do=d_pad, fwd_col_pass=True)
-  chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=256, fwd_col_pass=True)
-  return _cfg((128, 64, 8, 3), (64, 64, 8, 3), **chunked) if not wide else \
-      _cfg((64, 64, 8, 3), (64, 64, 8, 3), **dict(chunked, bwd_block_do=128))
+    if wide:
+      return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res)
+    return dataclasses.replace(_cfg((128, 32, 8, 2), (64, 64, 8, 2), **res), **tiled_fwd)
+  if not wide:
+    return dataclasses.replace(
+        _cfg((128, 128, 8, 3), (64, 128, 4, 4), fwd_block_d=64, bwd_block_d=64,
+             bwd_block_do=d_pad), **tiled_fwd, bwd_tiled=True)
+  chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=128, fwd_col_pass=True)
+  return _cfg((64, 64, 8, 3), (64, 64, 8, 3), **chunked)

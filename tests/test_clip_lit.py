@@ -120,15 +120,32 @@ def test_stable_factor(backend):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
 
 
-@pytest.mark.parametrize("col_pass", [False, True])
-def test_column_statistics_both_ways(col_pass):
-  # Column log-normalizers from per-program partials, or (the GPU default) from a
-  # second row pass over the swapped block: the same numbers.
+def _path_config(path, d, dtype):
+  """The kernel paths of the Triton backend under the interpreter, with tiles small
+  enough that the batches below span several tiles (and, tiled, several slabs)."""
   import dataclasses  # pylint: disable=g-import-not-at-top
   from memeff_jax.config import default_config  # pylint: disable=g-import-not-at-top
-  b, d = 150, 40
-  cfg = dataclasses.replace(default_config(d, jnp.float32, interpret=True),
-                            fwd_col_pass=col_pass, fwd_block_m=32, max_programs=3)
-  x, y = features(11, [(b, d), (b, d)], jnp.float32)
-  compare(lambda *a, **k: clip_loss(*a, backend="interpret", config=cfg, **k),
-          reference.clip_loss, [x, y], tau_plus=0.1)
+  cfg = default_config(d, dtype, interpret=True)
+  return dataclasses.replace(cfg, **{
+      "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
+      "col_pass": dict(fwd_col_pass=True, fwd_block_m=32),
+      # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
+      "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
+                    bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
+                    slab_kib=1),
+  }[path])
+
+
+@pytest.mark.parametrize("path", ["partials", "col_pass", "tiled"])
+@pytest.mark.parametrize("loss", list(LOSSES))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("b,d", [(1, 16), (150, 40)])
+def test_kernel_paths(path, loss, dtype, b, d):
+  # Column log-normalizers from per-program partials, from a second row pass over the
+  # swapped block, or from tiled slabs (row and column partials of each GEMM tile,
+  # and a gradient from coefficient slabs times an XLA dot): the same numbers.
+  fn, ref = LOSSES[loss]
+  x, y = features(11 + b, [(b, d), (b, d)], dtype)
+  cfg = _path_config(path, d, dtype)
+  compare(lambda *a, **k: fn(*a, backend="interpret", config=cfg, **k), ref, [x, y],
+          dtype=dtype, tau_plus=0.1, label_smoothing=0.1, lse_square_scale=1e-3)

@@ -59,6 +59,23 @@ def test_groups(backend, lit, qq, dd, k, margin):
   compare(_call(lit, backend, **opts), _ref(lit, **opts), args)
 
 
+@pytest.mark.parametrize("lit", [False, True])
+@pytest.mark.parametrize("k", [0, 3])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_tiled_path(lit, k, dtype):
+  # The tiled forward and gradient (slabs of GEMM tiles) on every group, thresholds
+  # and the symmetric q-q / d-d blocks, over several slabs.
+  from tests.test_clip_lit import _path_config  # pylint: disable=g-import-not-at-top
+  q, doc, h = batch(7 + k, 70, 40, k, dtype)
+  opts = dict(margin=0.05, use_qq_negatives=True, tau_plus=0.05, label_smoothing=0.1)
+  if not lit:
+    opts["use_dd_negatives"] = True
+  cfg = _path_config("tiled", 40, dtype)
+  fn = lit_qwen3_loss if lit else qwen3_loss
+  compare(lambda *a, **kw: fn(*a, backend="interpret", config=cfg, **opts, **kw),
+          _ref(lit, **opts), [q, doc] + ([h] if k else []), dtype=dtype)
+
+
 def _tau_rows(b):
   return jnp.asarray(np.random.default_rng(b).uniform(0.0, 0.6, b), jnp.float32)
 

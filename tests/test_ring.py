@@ -115,6 +115,22 @@ def test_grad_inside_shard_map(backend, case):
   _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
 
 
+@pytest.mark.parametrize("case", ["clip", "qwen3"])
+def test_tiled_path_on_the_ring(case):
+  # The tiled kernels' slab loops inside shard_map (varying carries), 2 devices.
+  from tests.test_clip_lit import _path_config  # pylint: disable=g-import-not-at-top
+  fn, arrays, kw = _setup(case, "interpret")
+  kw["config"] = _path_config("tiled", D, jnp.float32)
+  tau = kw.pop("tau_plus", 0.0)
+  per_shard = lambda *a, temperature, axis_name: fn(
+      *a, temperature=temperature, tau_plus=tau, axis_name=axis_name, **kw)
+  loss = mj.sharded(per_shard, _mesh(2), "batch")
+  g = lambda *a: loss(*a[:-1], temperature=a[-1])
+  got = jax.jit(jax.value_and_grad(g, argnums=tuple(range(len(arrays) + 1))))(
+      *arrays, jnp.float32(0.07))
+  _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
+
+
 def test_every_device_returns_the_global_loss():
   q, d, _, _ = _data()
   run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",

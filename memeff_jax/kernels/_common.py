@@ -40,12 +40,23 @@ def similarity(x_t, x_ptr, y_ptr, row0, col0, n, m, D: tl.constexpr, BLOCK_M: tl
     s = tl.dot(x_t, tl.trans(y_t), input_precision=PRECISION)
   else:
     y_t = tl.zeros([1, 1], dtype=tl.float32)   # nothing to reuse
-    s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for c in range(NUM_D):
-      x_c = load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_D)
-      y_c = load_tile(y_ptr, col0, m, c, D, BLOCK_N, BLOCK_D)
-      s = tl.dot(x_c, tl.trans(y_c), s, input_precision=PRECISION)
+    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D,
+                        PRECISION)
   return s, y_t
+
+
+@triton.jit
+def tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D: tl.constexpr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
+                    PRECISION: tl.constexpr):
+  """s = x[rows] . y[cols]^T, fp32 [BLOCK_M, BLOCK_N], walking the features in NUM_K
+  chunks of BLOCK_K (a plain GEMM K loop, software-pipelined by Triton)."""
+  s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+  for c in range(NUM_K):
+    x_c = load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_K)
+    y_c = load_tile(y_ptr, col0, m, c, D, BLOCK_N, BLOCK_K)
+    s = tl.dot(x_c, tl.trans(y_c), s, input_precision=PRECISION)
+  return s
 
 
 @triton.jit
@@ -74,3 +85,41 @@ def lse2_merge(a, b):
   """log2(2^a + 2^b), exact -inf where both are -inf."""
   mx = safe_max(tl.maximum(a, b))
   return mx + tl.log2(tl.exp2(a - mx) + tl.exp2(b - mx))
+
+
+@triton.jit
+def coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr,
+                thr_c_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ROW: tl.constexpr,
+                HAS_COL: tl.constexpr, ROW_THR: tl.constexpr, COL_THR: tl.constexpr,
+                EXCLUDE_SELF: tl.constexpr):
+  """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
+
+      c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
+
+  with z = s * scale2 (log2 units). The row statistics come as [BLOCK_M] tensors
+  (rows out of range: lse = +inf, g = 0), the column ones are loaded here. Only
+  the diagonal tiles and the last column tile pay for masks.
+  """
+  cols = col0 + tl.arange(0, BLOCK_N)
+  z = s * scale2
+  coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+  if HAS_ROW:   # row-role softmax: g_i * P_ij
+    p = tl.exp2(z - lse_r[:, None])
+    if ROW_THR:
+      p = tl.where(s <= thr_r[:, None], p, 0.0)
+    coef += g_r[:, None] * p
+  if HAS_COL:   # column-role softmax: g_j * P_ji
+    in_cols = cols < m
+    lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
+    g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
+    p = tl.exp2(z - lse_c[None, :])
+    if COL_THR:
+      thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
+      p = tl.where(s <= thr_c[None, :], p, 0.0)
+    coef += g_c[None, :] * p
+  if EXCLUDE_SELF:
+    if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
+      coef = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), coef, 0.0)
+  if col0 + BLOCK_N > m:
+    coef = tl.where((cols < m)[None, :], coef, 0.0)
+  return coef

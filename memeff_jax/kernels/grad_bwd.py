@@ -3,7 +3,7 @@
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import load_tile, off_diagonal, on_diagonal, similarity
+from memeff_jax.kernels._common import coefficient, load_tile, similarity, tile_similarity
 
 
 @triton.jit
@@ -69,30 +69,11 @@ def _lse_bwd_kernel(
   j_lo = pid_s * cols_per_split
   j_hi = tl.minimum(m, j_lo + cols_per_split)
   for j0 in range(j_lo, j_hi, BLOCK_N):
-    cols = j0 + tl.arange(0, BLOCK_N)
     s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                         NUM_D, PRECISION)
-    z = s * scale2
-    coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if HAS_ROW:   # row-role softmax: g_i * P_ij
-      p = tl.exp2(z - lse_r[:, None])
-      if ROW_THR:
-        p = tl.where(s <= thr_r[:, None], p, 0.0)
-      coef += g_r[:, None] * p
-    if HAS_COL:   # column-role softmax: g_j * P_ji
-      in_cols = cols < m
-      lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
-      g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
-      p = tl.exp2(z - lse_c[None, :])
-      if COL_THR:
-        thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
-        p = tl.where(s <= thr_c[None, :], p, 0.0)
-      coef += g_c[None, :] * p
-    if EXCLUDE_SELF:
-      if on_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N):
-        coef = tl.where(off_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N), coef, 0.0)
-    if j0 + BLOCK_N > m:
-      coef = tl.where((cols < m)[None, :], coef, 0.0)
+    coef = coefficient(s, scale2, row0, j0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr,
+                       g_c_ptr, thr_c_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                       EXCLUDE_SELF)
     if WANT_CS:
       cs += tl.sum(coef * s, 1)
     if REUSE_Y:
@@ -109,3 +90,64 @@ def _lse_bwd_kernel(
   if WANT_CS:
     if pid_o == 0:
       tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
+
+
+@triton.jit
+def _tile_coef_bwd_kernel(
+    # input pointers
+    x_ptr, y_ptr,              # [n, D] rows, [m, D] columns
+    scal_ptr,                  # [1] fp32: scale * log2(e)
+    off_ptr,                   # [3] int32: global offsets of row 0 and column 0, first slab row
+    lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
+    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics
+    # sizes
+    n, m,
+    # output pointers
+    c_ptr,                     # [R, m] coefficient slab (input dtype), c_ij / g_max
+    cs_ptr,                    # [column tiles, R] fp32: per-tile sum_j c_ij s_ij / g_max (WANT_CS)
+    # constexprs
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
+    ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+    WANT_CS: tl.constexpr, PRECISION: tl.constexpr,
+):
+  """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
+
+  Grid (R / BLOCK_M, column tiles), a plain GEMM tile with a coefficient epilogue
+  (the cotangents come divided by g_max, so the stored tile lies in [-2, 2]).
+  The launcher multiplies the slab into the gradient with one XLA dot,
+  dx[slab] = scale * g_max * c[slab] @ y, so the gradient's GEMM runs at cuBLAS
+  speed. Rows past n store zeros.
+  """
+  tl.static_assert(BLOCK_K >= 16)  # tl.dot
+  pid_m = tl.program_id(0)
+  pid_n = tl.program_id(1)
+  scale2 = tl.load(scal_ptr)
+  row_off = tl.load(off_ptr)
+  col_off = tl.load(off_ptr + 1)
+  local0 = pid_m * BLOCK_M
+  row0 = tl.load(off_ptr + 2) + local0
+  col0 = pid_n * BLOCK_N
+  rows = row0 + tl.arange(0, BLOCK_M)
+  in_rows = rows < n
+  lse_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  g_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  thr_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  if HAS_ROW:
+    lse_r = tl.load(lse_r_ptr + rows, mask=in_rows, other=float("inf"))
+    g_r = tl.load(g_r_ptr + rows, mask=in_rows, other=0.0)
+    if ROW_THR:
+      thr_r = tl.load(thr_r_ptr + rows, mask=in_rows, other=0.0)
+  s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K,
+                      PRECISION)
+  coef = coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr,
+                     g_c_ptr, thr_c_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                     EXCLUDE_SELF)
+  if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
+    coef = tl.where(in_rows[:, None], coef, 0.0)
+  local = local0 + tl.arange(0, BLOCK_M)
+  cols = col0 + tl.arange(0, BLOCK_N)
+  tl.store(c_ptr + local.to(tl.int64)[:, None] * m + cols[None, :],
+           coef.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
+  if WANT_CS:
+    tl.store(cs_ptr + pid_n * tl.num_programs(0) * BLOCK_M + local, tl.sum(coef * s, 1))

@@ -18,8 +18,8 @@ import numpy as np
 
 from memeff_jax import _compat
 from memeff_jax.config import KernelConfig, default_config
-from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel
-from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel
+from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
+from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
 LOG2E = 1.4426950408889634
 LN2 = 0.6931471805599453
@@ -124,13 +124,37 @@ def _call(kernel, *args, out_shapes, grid, num_warps, num_stages, name, interpre
   return _compat.vary_like(tuple(outs), [a for a in args if not isinstance(a, int)])
 
 
-def _offsets(offsets) -> jax.Array:
-  return jnp.stack([jnp.asarray(o, jnp.int32) for o in offsets])
+def _offsets(offsets, *more) -> jax.Array:
+  return jnp.stack([jnp.asarray(o, jnp.int32) for o in (*offsets, *more)])
+
+
+def _slab_rows(n: int, block_m: int, row_bytes: int, config: KernelConfig) -> int:
+  """Rows per slab of the tiled passes: a multiple of block_m whose per-slab buffers
+  (row_bytes per row) fit config.slab_kib, at most the (padded) batch."""
+  rows = (config.slab_kib * 2**10 // max(row_bytes, 1)) // block_m * block_m
+  return max(block_m, min(rows, _cdiv(n, block_m) * block_m))
+
+
+def _slab_loop(n: int, rows: int, body, init):
+  """``body(r0, carry)`` over the slabs starting at rows 0, rows, 2 rows, ... < n."""
+  slabs = _cdiv(n, rows)
+  if slabs == 1:
+    return body(jnp.int32(0), init)
+  return jax.lax.fori_loop(0, slabs, lambda k, c: body(k * rows, c), init)
+
+
+def _dot_precision(config: KernelConfig, dtype):
+  if jnp.dtype(dtype).itemsize < 4 or config.precision == "tf32":
+    return jax.lax.Precision.DEFAULT
+  return jax.lax.Precision.HIGHEST
 
 
 # ---------------------------------------------------------------------- launchers
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret):
   """Row (and column) log-sum-exp of the masked block, natural log units."""
+  if config.fwd_tiled:
+    return _lse_fwd_tiled(x, y, scale, row_thr, offsets, two_sided=two_sided,
+                          exclude_self=exclude_self, config=config, interpret=interpret)
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
     lse_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False, **opts)
@@ -158,6 +182,83 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   return lse_row, lse_col
 
 
+def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config,
+                   interpret):
+  """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once."""
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.fwd_block_m, config.fwd_block_n
+  block_k, num_k = _chunks(d, config.fwd_block_d)
+  col_tiles = _cdiv(m, bn)
+  rows = _slab_rows(n, bm, 4 * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
+  f32 = jnp.float32
+  scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
+  thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32)
+  out_shapes = [jax.ShapeDtypeStruct((col_tiles, rows), f32),
+                jax.ShapeDtypeStruct((rows // bm, m) if two_sided else (1,), f32)]
+
+  def body(r0, carry):
+    lse_row, lse_col = carry
+    row_part, col_part = _call(
+        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), n, m,
+        out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=config.fwd_num_warps,
+        num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
+        D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
+        ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
+        PRECISION=config.precision)
+    lse_row = jax.lax.dynamic_update_slice(
+        lse_row, jax.nn.logsumexp(row_part * LN2, axis=0), (r0,))
+    if two_sided:
+      lse_col = jnp.logaddexp(lse_col, jax.nn.logsumexp(col_part * LN2, axis=0))
+    return lse_row, lse_col
+
+  init = _compat.vary_like(
+      (jnp.zeros((_cdiv(n, rows) * rows,), f32),
+       jnp.full((m,), -jnp.inf, f32) if two_sided else None), x, y, scale, *offsets)
+  lse_row, lse_col = _slab_loop(n, rows, body, init)
+  return lse_row[:n], lse_col
+
+
+def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
+                   config, interpret, scal, stats, g_max):
+  """lse_bwd as slabs: a coefficient slab from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
+  then dx[slab] = scale * g_max * c[slab] @ y as an XLA dot."""
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.bwd_block_m, config.bwd_block_n
+  block_k, num_k = _chunks(d, config.bwd_block_d)
+  col_tiles = _cdiv(m, bn)
+  c_dtype = x.dtype
+  rows = _slab_rows(n, bm, m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles, config)
+  f32 = jnp.float32
+  out_shapes = [jax.ShapeDtypeStruct((rows, m), c_dtype),
+                jax.ShapeDtypeStruct((col_tiles, rows) if want_cs else (1,), f32)]
+  precision = _dot_precision(config, c_dtype)
+
+  def body(r0, carry):
+    dx, cs = carry
+    c, cs_part = _call(
+        _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *stats(row), *stats(col),
+        n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
+        num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
+        name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=block_k, NUM_K=num_k, HAS_ROW=row is not None, HAS_COL=col is not None,
+        ROW_THR=row is not None and row.thr is not None,
+        COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
+        WANT_CS=want_cs, PRECISION=config.precision)
+    part = jnp.dot(c, y, preferred_element_type=f32, precision=precision) * scal[1]
+    dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
+    if want_cs:
+      cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=0) * g_max, (r0,))
+    return dx, cs
+
+  padded = _cdiv(n, rows) * rows
+  init = _compat.vary_like(
+      (jnp.zeros((padded, d), out_dtype), jnp.zeros((padded,), f32) if want_cs else None),
+      x, y, scale, *offsets, *[v for side in (row, col) if side is not None for v in side
+                               if v is not None])
+  dx, cs = _slab_loop(n, rows, body, init)
+  return dx[:n], (cs[:n] if want_cs else None)
+
+
 def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
             interpret):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd)."""
@@ -181,6 +282,10 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
     thr = dummy if side.thr is None else side.thr.astype(f32)
     return (side.lse * LOG2E).astype(f32), (side.g / g_max).astype(f32), thr
 
+  if config.bwd_tiled:
+    return _lse_bwd_tiled(x, y, scale, offsets, row, col, exclude_self=exclude_self,
+                          want_cs=want_cs, out_dtype=out_dtype, config=config,
+                          interpret=interpret, scal=scal, stats=stats, g_max=g_max)
   dx_dtype = out_dtype if splits == 1 else f32
   out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((splits, n) if want_cs else (1,), f32)]

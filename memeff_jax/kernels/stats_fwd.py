@@ -4,7 +4,7 @@ import triton
 import triton.language as tl
 
 from memeff_jax.kernels._common import (load_tile, lse2_merge, off_diagonal, on_diagonal,
-                                        safe_max, similarity)
+                                        safe_max, similarity, tile_similarity)
 
 
 @triton.jit
@@ -82,3 +82,63 @@ def _lse_fwd_kernel(
         tl.store(col_part + cols, lse2_merge(old, c_lse), mask=cols < m)
     lse = m_i + tl.log2(l_i)   # -inf where nothing was kept
     tl.store(lse_row_ptr + pid_s.to(tl.int64) * n + rows, lse, mask=rows < n)
+
+
+@triton.jit
+def _tile_lse_fwd_kernel(
+    # input pointers
+    x_ptr, y_ptr,            # [n, D], [m, D] (row-major, contiguous)
+    scal_ptr,                # [1] fp32: scale * log2(e)
+    thr_ptr,                 # [n] fp32 row thresholds (raw similarity), if ROW_THR
+    off_ptr,                 # [3] int32: global offsets of row 0 and column 0, first slab row
+    # sizes
+    n, m,
+    # output pointers
+    row_part_ptr,            # [column tiles, R] fp32: per-tile row log-sum-exp (log2 units)
+    col_part_ptr,            # [R / BLOCK_M, m] fp32: per-tile column log-sum-exp (TWO_SIDED)
+    # constexprs
+    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    NUM_K: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+    TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr,
+):
+  """One [BLOCK_M, BLOCK_N] tile of a slab of R rows: its row and column partial
+  log-sum-exps, each over the tile only, merged in JAX.
+
+  Grid (R / BLOCK_M, column tiles): every program is a plain GEMM tile (the features
+  walked in NUM_K pipelined chunks of BLOCK_K) with a statistics epilogue, so one
+  sweep gives both the row and the column statistics with exact maxima, no atomics
+  and a fixed reduction order.
+  """
+  tl.static_assert(BLOCK_K >= 16)  # tl.dot
+  pid_m = tl.program_id(0)
+  pid_n = tl.program_id(1)
+  scale2 = tl.load(scal_ptr)
+  row_off = tl.load(off_ptr)
+  col_off = tl.load(off_ptr + 1)
+  local0 = pid_m * BLOCK_M
+  row0 = tl.load(off_ptr + 2) + local0
+  col0 = pid_n * BLOCK_N
+  rows = row0 + tl.arange(0, BLOCK_M)
+  cols = col0 + tl.arange(0, BLOCK_N)
+  s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K,
+                      PRECISION)
+  z = s * scale2
+  if ROW_THR:
+    thr = tl.load(thr_ptr + rows, mask=rows < n, other=0.0)
+    z = tl.where(s <= thr[:, None], z, float("-inf"))
+  if EXCLUDE_SELF:
+    if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
+      z = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), z,
+                   float("-inf"))
+  if col0 + BLOCK_N > m:
+    z = tl.where((cols < m)[None, :], z, float("-inf"))
+  r_max = safe_max(tl.max(z, 1))
+  r_lse = r_max + tl.log2(tl.sum(tl.exp2(z - r_max[:, None]), 1))   # -inf: nothing kept
+  local = local0 + tl.arange(0, BLOCK_M)
+  tl.store(row_part_ptr + pid_n * tl.num_programs(0) * BLOCK_M + local, r_lse)
+  if TWO_SIDED:
+    if row0 + BLOCK_M > n:
+      z = tl.where((rows < n)[:, None], z, float("-inf"))
+    c_max = safe_max(tl.max(z, 0))
+    c_lse = c_max + tl.log2(tl.sum(tl.exp2(z - c_max[None, :]), 0))
+    tl.store(col_part_ptr + pid_m.to(tl.int64) * m + cols, c_lse, mask=cols < m)
