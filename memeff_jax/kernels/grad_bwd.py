@@ -1,4 +1,11 @@
-"""Gradient kernel: one FlashAttention-shaped pass per output tower."""
+"""Gradient kernels, one pass per output tower.
+
+``_lse_bwd_kernel`` is FlashAttention-shaped: a program owns a row tile, streams the
+other tower and accumulates its gradient rows in fp32 registers, written once.
+Where that accumulator does not fit (d_pad > 512 on an H200), ``_tile_coef_bwd_kernel``
+writes slabs of the coefficient matrix from GEMM tiles and the launcher multiplies
+each slab into the gradient with an XLA dot. Both share ``_common.coefficient``.
+"""
 
 import triton
 import triton.language as tl

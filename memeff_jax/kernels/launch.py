@@ -232,11 +232,12 @@ def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out
   out_shapes = [jax.ShapeDtypeStruct((rows, m), c_dtype),
                 jax.ShapeDtypeStruct((col_tiles, rows) if want_cs else (1,), f32)]
   precision = _dot_precision(config, c_dtype)
+  side_stats = (*stats(row), *stats(col))
 
   def body(r0, carry):
     dx, cs = carry
     c, cs_part = _call(
-        _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *stats(row), *stats(col),
+        _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *side_stats,
         n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,

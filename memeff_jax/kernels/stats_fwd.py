@@ -1,4 +1,11 @@
-"""Forward kernel: row (and column) log-sum-exp statistics of a masked similarity block."""
+"""Forward kernels: row (and column) log-sum-exp statistics of a masked similarity block.
+
+``_lse_fwd_kernel`` sweeps the columns with a resident row tile and an online
+(max, sum) per row; ``_tile_lse_fwd_kernel`` is one GEMM tile with a partial
+statistics epilogue for both sides, launched over slabs of rows. config.py picks one
+per feature size (the tiled form wins once the GEMM is deep enough to hide its
+two exponentials per entry).
+"""
 
 import triton
 import triton.language as tl
