@@ -132,7 +132,7 @@ def _path_config(path, d, dtype):
       # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
       "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
                     bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
-                    slab_kib=1),
+                    slab_kib=1, min_slab_rows=1),
   }[path])
 
 

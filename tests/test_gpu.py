@@ -67,7 +67,8 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
   if tiled:   # both tiled passes, 64-row slabs (n = 777 spans 13 of them)
     cfg = dataclasses.replace(cfg, fwd_tiled=True, bwd_tiled=True, fwd_block_m=64,
                               fwd_block_n=64, fwd_block_d=32, bwd_block_m=64, bwd_block_n=64,
-                              bwd_block_d=32, fwd_num_stages=3, bwd_num_stages=3, slab_kib=1)
+                              bwd_block_d=32, fwd_num_stages=3, bwd_num_stages=3, slab_kib=1,
+                              min_slab_rows=1)
   spec = _core.BlockSpec(backend=mj._dispatch.resolve("triton"), two_sided=two_sided,
                          exclude_self=True, config=cfg)
   row_off, col_off = 0, 0

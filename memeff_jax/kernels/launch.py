@@ -128,11 +128,14 @@ def _offsets(offsets, *more) -> jax.Array:
   return jnp.stack([jnp.asarray(o, jnp.int32) for o in (*offsets, *more)])
 
 
-def _slab_rows(n: int, block_m: int, row_bytes: int, config: KernelConfig) -> int:
+def _slab_rows(n: int, block_m: int, row_bytes: int, config: KernelConfig,
+               min_rows: int = 1) -> int:
   """Rows per slab of the tiled passes: a multiple of block_m whose per-slab buffers
-  (row_bytes per row) fit config.slab_kib, at most the (padded) batch."""
-  rows = (config.slab_kib * 2**10 // max(row_bytes, 1)) // block_m * block_m
-  return max(block_m, min(rows, _cdiv(n, block_m) * block_m))
+  (row_bytes per row) fit config.slab_kib, at least min_rows, at most the (padded)
+  batch."""
+  budget = config.slab_kib * 2**10 // max(row_bytes, 1) // block_m * block_m
+  rows = max(budget, _cdiv(min_rows, block_m) * block_m, block_m)
+  return min(rows, _cdiv(n, block_m) * block_m)
 
 
 def _slab_loop(n: int, rows: int, body, init):
@@ -227,7 +230,8 @@ def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out
   block_k, num_k = _chunks(d, config.bwd_block_d)
   col_tiles = _cdiv(m, bn)
   c_dtype = x.dtype
-  rows = _slab_rows(n, bm, m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles, config)
+  rows = _slab_rows(n, bm, m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles, config,
+                    min_rows=config.min_slab_rows)
   f32 = jnp.float32
   out_shapes = [jax.ShapeDtypeStruct((rows, m), c_dtype),
                 jax.ShapeDtypeStruct((col_tiles, rows) if want_cs else (1,), f32)]
