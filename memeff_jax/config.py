@@ -96,8 +96,57 @@ def _cfg(fwd, bwd, **kw) -> KernelConfig:
                       **kw)
 
 
-def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
-  """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200.
+def smem_bytes(cfg: KernelConfig, d: int, itemsize: int) -> tuple[int, int]:
+  """Estimated shared memory of the (forward, gradient) kernels ``cfg`` launches for
+  feature size ``d``: the pipelined tiles, as Triton 3.6 allocates them on an H200
+  (a resident row tile plus ``stages`` streamed tiles, or ``stages`` chunk pairs)."""
+  d_pad = _pow2(d)
+
+  def chunks(bm, bn, bk, st):   # GEMM tiles: the features walked in chunks
+    return (bm + bn) * min(bk, d_pad) * itemsize * st
+
+  def sweep(bm, bn, bd, st):   # a resident row tile, or chunks if bd < d
+    return (bm + st * bn) * d_pad * itemsize if bd >= d_pad else chunks(bm, bn, bd, st)
+
+  f = (cfg.fwd_block_m, cfg.fwd_block_n, cfg.fwd_block_d, cfg.fwd_num_stages)
+  b = (cfg.bwd_block_m, cfg.bwd_block_n, cfg.bwd_block_d, cfg.bwd_num_stages)
+  fwd = chunks(*f) if cfg.fwd_tiled else sweep(*f)
+  if cfg.bwd_tiled:
+    bwd = chunks(*b)
+  else:   # plus the streamed gradient-feature tiles when they are not the similarity's
+    bwd = sweep(*b) + (0 if min(cfg.bwd_block_d, cfg.bwd_block_do) >= d_pad else
+                       cfg.bwd_block_n * min(cfg.bwd_block_do, d_pad) * itemsize * b[3])
+  return fwd, bwd
+
+
+def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
+  """``cfg``, with the forward and/or gradient switched to tiled kernels (whose chunked
+  tiles need far less shared memory) where a launch would exceed ``smem_kib``
+  (8 KiB kept free for Triton's scratch). An H100/H200 (227 KiB) never needs it; an
+  A100 (163 KiB) or a consumer GPU (99 KiB) can. Not measured on those GPUs."""
+  limit = (smem_kib - 8) * 2**10
+  fwd, bwd = smem_bytes(cfg, d, itemsize)
+  bk = 64 if itemsize < 4 else 32
+  if fwd > limit:
+    for st in (3, 2):
+      cfg = dataclasses.replace(cfg, fwd_tiled=True, fwd_block_m=128, fwd_block_n=128,
+                                fwd_block_d=bk, fwd_num_warps=8, fwd_num_stages=st)
+      if smem_bytes(cfg, d, itemsize)[0] <= limit:
+        break
+  if bwd > limit:
+    for st in (4, 3, 2):
+      cfg = dataclasses.replace(cfg, bwd_tiled=True, bwd_block_m=64, bwd_block_n=128,
+                                bwd_block_d=bk, bwd_num_warps=4, bwd_num_stages=st)
+      if smem_bytes(cfg, d, itemsize)[1] <= limit:
+        break
+  return cfg
+
+
+def default_config(d: int, dtype, *, interpret: bool = False,
+                   smem_kib: int | None = None) -> KernelConfig:
+  """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200, fitted
+  to ``smem_kib`` of shared memory a block (None: the H100's 227 KiB; the Triton
+  backend passes its GPU's, see ``fit_smem``).
 
   Measured on an H200 with Triton 3.6 (benchmarks/bench_configs.py, NOTES.md):
   - 16-bit inputs, d_pad >= 512: the forward is tiled (128 x 128 GEMM tiles,
@@ -109,8 +158,8 @@ def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
   - Smaller d: the sweep kernels (resident row tile, online statistics, a second
     row sweep for the columns) beat the tiled forward, whose two exponentials per
     entry then outweigh the short GEMM.
-  - Shared memory (resident tile + stages * streamed tiles) must stay under 227 KB
-    or the launch fails; fp32 tiles are half as tall.
+  - Shared memory (``smem_bytes``: resident tile + stages * streamed tiles) must stay
+    under 227 KB or the launch fails; fp32 tiles are half as tall.
   """
   d_pad = _pow2(d)
   if interpret:
@@ -118,7 +167,11 @@ def default_config(d: int, dtype, *, interpret: bool = False) -> KernelConfig:
     return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
                         fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad,
                         precision="ieee", max_programs=4, min_programs=1)
-  wide = np.dtype(dtype).itemsize >= 4
+  cfg = _h100_config(d_pad, np.dtype(dtype).itemsize >= 4)
+  return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
+
+
+def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
   res = dict(fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad, fwd_col_pass=True)
   tiled_fwd = dict(fwd_block_m=128, fwd_block_n=128, fwd_block_d=64, fwd_num_warps=8,
                    fwd_num_stages=3, fwd_tiled=True)

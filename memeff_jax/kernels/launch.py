@@ -309,6 +309,20 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   return dx.astype(out_dtype), (jnp.sum(cs, axis=0) if want_cs else None)
 
 
+@functools.cache
+def _device_smem_kib() -> int:
+  """Shared memory one block may use on the first GPU, by compute capability (KiB)."""
+  try:
+    major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
+  except (AttributeError, RuntimeError, ValueError):
+    return 227
+  if major in (9, 10):   # H100/H200, B200
+    return 227
+  if (major, minor) in ((8, 0), (8, 7)):   # A100, Orin
+    return 163
+  return 96 if major == 7 else 99   # V100; consumer Ampere/Ada/Blackwell
+
+
 @dataclasses.dataclass(frozen=True)
 class TritonBackend:
   """The Triton kernels behind the ``fwd_stats`` / ``bwd`` contract of ``_core``."""
@@ -326,7 +340,9 @@ class TritonBackend:
           f"use backend='blockwise'")
     if spec.config is not None:
       return spec.config
-    return default_config(x.shape[1], x.dtype, interpret=self.interpret)
+    if self.interpret:
+      return default_config(x.shape[1], x.dtype, interpret=True)
+    return default_config(x.shape[1], x.dtype, smem_kib=_device_smem_kib())
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):
     del x_tab, y_tab

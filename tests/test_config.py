@@ -1,0 +1,63 @@
+"""Kernel configuration: the default tile table's shared-memory budget on H100/H200 and
+its fit to GPUs with less shared memory, and KernelConfig's own validation."""
+
+import dataclasses
+
+import jax.numpy as jnp
+import pytest
+
+from memeff_jax.config import KernelConfig, default_config, fit_smem, smem_bytes
+
+DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
+DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", DIMS)
+def test_h100_table_fits_as_measured(d, dtype):
+  # The table was measured on an H200 (227 KiB a block): fitting it changes nothing.
+  cfg = default_config(d, dtype)
+  itemsize = jnp.dtype(dtype).itemsize
+  assert max(smem_bytes(cfg, d, itemsize)) <= 219 * 2**10
+  assert default_config(d, dtype, smem_kib=227) == cfg
+
+
+@pytest.mark.parametrize("smem_kib", [163, 99, 96])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", DIMS)
+def test_smaller_gpus_get_tiles_that_fit(d, dtype, smem_kib):
+  cfg = default_config(d, dtype, smem_kib=smem_kib)
+  assert max(smem_bytes(cfg, d, jnp.dtype(dtype).itemsize)) <= (smem_kib - 8) * 2**10
+
+
+def test_a100_gradient_at_512_is_tiled():
+  # The H200's FlashAttention-shaped (64, 64, 2 stages) gradient tile at d = 512 holds
+  # 192 KiB: over an A100's 163 KiB, so the gradient switches to the tiled kernel.
+  h100 = default_config(512, jnp.bfloat16)
+  a100 = default_config(512, jnp.bfloat16, smem_kib=163)
+  assert not h100.bwd_tiled and smem_bytes(h100, 512, 2)[1] == 192 * 2**10
+  assert a100.bwd_tiled and a100.fwd_tiled == h100.fwd_tiled
+
+
+def test_estimate_agrees_with_h200_launches():
+  # Launches measured on the H200 (benchmarks/NOTES.md): a (64, 64) gradient tile
+  # with 3 stages at D = 512 and a (128, 64) forward sweep with 2 stages failed
+  # ("Shared memory requested (262144+ b) exceeds device resources (232448 b)");
+  # the shipped (64, 64, 2 stages) gradient and (128, 32, 2 stages) sweep ran.
+  base = default_config(512, jnp.bfloat16)
+  failed_bwd = dataclasses.replace(base, bwd_num_stages=3)
+  failed_fwd = dataclasses.replace(base, fwd_tiled=False, fwd_block_m=128, fwd_block_n=64,
+                                   fwd_block_d=512, fwd_num_stages=2)
+  ran_fwd = dataclasses.replace(failed_fwd, fwd_block_n=32)
+  assert smem_bytes(failed_bwd, 512, 2)[1] > 232448
+  assert smem_bytes(failed_fwd, 512, 2)[0] > 232448
+  assert smem_bytes(base, 512, 2)[1] <= 232448 and smem_bytes(ran_fwd, 512, 2)[0] <= 232448
+  assert fit_smem(failed_bwd, 512, 2, 227).bwd_tiled
+
+
+@pytest.mark.parametrize("field,value", [("fwd_tiled", 1), ("bwd_tiled", "yes"),
+                                         ("slab_kib", 0), ("min_slab_rows", -1),
+                                         ("fwd_block_m", 48)])
+def test_bad_config_fields_raise(field, value):
+  with pytest.raises(ValueError, match=field):
+    KernelConfig(**{field: value})
