@@ -1,9 +1,13 @@
 """Public loss vs reference: values and gradients (every array input and the
 temperature) under jax.jit, with the tolerances of _tolerances."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from memeff_jax.config import default_config
 
 from tests._tolerances import FP32, LOW, grad_err, rel_err
 
@@ -67,3 +71,19 @@ def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_flo
   worst = LARGEST.setdefault(jnp.dtype(dtype).name, [0.0, 0.0])
   worst[0], worst[1] = max(worst[0], v_err), max([worst[1]] + errs)
   return v_err, errs
+
+
+def kernel_path_config(path, d, dtype):
+  """A config selecting one kernel path of the Triton backend under the interpreter:
+  "partials" / "col_pass" (the sweep forward's two ways to the column statistics) or
+  "tiled" (tiled forward and gradient), with tiles small enough that batches of a
+  few dozen rows span several tiles and, tiled, several slabs."""
+  cfg = default_config(d, dtype, interpret=True)
+  return dataclasses.replace(cfg, **{
+      "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
+      "col_pass": dict(fwd_col_pass=True, fwd_block_m=32),
+      # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
+      "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
+                    bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
+                    slab_kib=1, min_slab_rows=1),
+  }[path])

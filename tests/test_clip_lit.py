@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from memeff_jax import clip_loss, clip_loss_with_stats, lit_loss, lit_loss_with_stats, reference
-from tests._check import compare, features
+from tests._check import compare, features, kernel_path_config
 
 LOSSES = {"clip": (clip_loss, reference.clip_loss), "lit": (lit_loss, reference.lit_loss)}
 BACKENDS = ["blockwise", "interpret"]
@@ -120,22 +120,6 @@ def test_stable_factor(backend):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
 
 
-def _path_config(path, d, dtype):
-  """The kernel paths of the Triton backend under the interpreter, with tiles small
-  enough that the batches below span several tiles (and, tiled, several slabs)."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  from memeff_jax.config import default_config  # pylint: disable=g-import-not-at-top
-  cfg = default_config(d, dtype, interpret=True)
-  return dataclasses.replace(cfg, **{
-      "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
-      "col_pass": dict(fwd_col_pass=True, fwd_block_m=32),
-      # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
-      "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
-                    bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
-                    slab_kib=1, min_slab_rows=1),
-  }[path])
-
-
 @pytest.mark.parametrize("path", ["partials", "col_pass", "tiled"])
 @pytest.mark.parametrize("loss", list(LOSSES))
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -146,6 +130,6 @@ def test_kernel_paths(path, loss, dtype, b, d):
   # and a gradient from coefficient slabs times an XLA dot): the same numbers.
   fn, ref = LOSSES[loss]
   x, y = features(11 + b, [(b, d), (b, d)], dtype)
-  cfg = _path_config(path, d, dtype)
+  cfg = kernel_path_config(path, d, dtype)
   compare(lambda *a, **k: fn(*a, backend="interpret", config=cfg, **k), ref, [x, y],
           dtype=dtype, tau_plus=0.1, label_smoothing=0.1, lse_square_scale=1e-3)

@@ -11,7 +11,7 @@ import pytest
 
 from memeff_jax import (lit_qwen3_loss, lit_qwen3_loss_with_stats, qwen3_loss,
                         qwen3_loss_with_stats, reference)
-from tests._check import compare
+from tests._check import compare, kernel_path_config
 
 BACKENDS = ["blockwise", "interpret"]
 
@@ -65,12 +65,11 @@ def test_groups(backend, lit, qq, dd, k, margin):
 def test_tiled_path(lit, k, dtype):
   # The tiled forward and gradient (slabs of GEMM tiles) on every group, thresholds
   # and the symmetric q-q / d-d blocks, over several slabs.
-  from tests.test_clip_lit import _path_config  # pylint: disable=g-import-not-at-top
   q, doc, h = batch(7 + k, 70, 40, k, dtype)
   opts = dict(margin=0.05, use_qq_negatives=True, tau_plus=0.05, label_smoothing=0.1)
   if not lit:
     opts["use_dd_negatives"] = True
-  cfg = _path_config("tiled", 40, dtype)
+  cfg = kernel_path_config("tiled", 40, dtype)
   fn = lit_qwen3_loss if lit else qwen3_loss
   compare(lambda *a, **kw: fn(*a, backend="interpret", config=cfg, **opts, **kw),
           _ref(lit, **opts), [q, doc] + ([h] if k else []), dtype=dtype)

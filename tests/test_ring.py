@@ -15,6 +15,7 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
+from tests._check import kernel_path_config
 from tests._tolerances import grad_err, rel_err
 
 B, D, K = 24, 12, 2
@@ -118,9 +119,8 @@ def test_grad_inside_shard_map(backend, case):
 @pytest.mark.parametrize("case", ["clip", "qwen3"])
 def test_tiled_path_on_the_ring(case):
   # The tiled kernels' slab loops inside shard_map (varying carries), 2 devices.
-  from tests.test_clip_lit import _path_config  # pylint: disable=g-import-not-at-top
   fn, arrays, kw = _setup(case, "interpret")
-  kw["config"] = _path_config("tiled", D, jnp.float32)
+  kw["config"] = kernel_path_config("tiled", D, jnp.float32)
   tau = kw.pop("tau_plus", 0.0)
   per_shard = lambda *a, temperature, axis_name: fn(
       *a, temperature=temperature, tau_plus=tau, axis_name=axis_name, **kw)
