@@ -88,6 +88,53 @@ def lse2_merge(a, b):
 
 
 @triton.jit
+def lse2(z, AXIS: tl.constexpr):
+  """log2 sum 2^z along AXIS, shifted by the max; -inf where every entry is -inf."""
+  mx = safe_max(tl.max(z, AXIS))
+  return mx + tl.log2(tl.sum(tl.exp2(z - tl.expand_dims(mx, AXIS)), AXIS))
+
+
+@triton.jit
+def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, m, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr):
+  """``v`` [BLOCK_M, BLOCK_N] with ``fill`` on the self pairs (EXCLUDE_SELF; only tiles
+  holding the diagonal pay for the test) and on the columns past m (``cols`` = col0 +
+  arange(BLOCK_N); only the last column tile pays)."""
+  if EXCLUDE_SELF:
+    if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
+      v = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), v, fill)
+  if col0 + BLOCK_N > m:
+    v = tl.where((cols < m)[None, :], v, fill)
+  return v
+
+
+@triton.jit
+def tile_origin(off_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+  """Where a tiled-pass program's tile lies, from ``off_ptr`` = [global offset of
+  row 0, of column 0, first row of the slab]: (row_off, col_off, first row of the
+  tile within the slab, first row and first column of the tile in the block)."""
+  local0 = tl.program_id(0) * BLOCK_M
+  return (tl.load(off_ptr), tl.load(off_ptr + 1), local0, tl.load(off_ptr + 2) + local0,
+          tl.program_id(1) * BLOCK_N)
+
+
+@triton.jit
+def row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M: tl.constexpr,
+              HAS_ROW: tl.constexpr, ROW_THR: tl.constexpr):
+  """The row-role statistics of ``coefficient`` for these rows: (lse, g, thr); rows out
+  of range get lse = +inf and g = 0 (no contribution)."""
+  lse_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  g_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  thr_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  if HAS_ROW:
+    lse_r = tl.load(lse_r_ptr + rows, mask=in_rows, other=float("inf"))
+    g_r = tl.load(g_r_ptr + rows, mask=in_rows, other=0.0)
+    if ROW_THR:
+      thr_r = tl.load(thr_r_ptr + rows, mask=in_rows, other=0.0)
+  return lse_r, g_r, thr_r
+
+
+@triton.jit
 def coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr,
                 thr_c_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ROW: tl.constexpr,
                 HAS_COL: tl.constexpr, ROW_THR: tl.constexpr, COL_THR: tl.constexpr,
@@ -97,8 +144,7 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, l
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
 
   with z = s * scale2 (log2 units). The row statistics come as [BLOCK_M] tensors
-  (rows out of range: lse = +inf, g = 0), the column ones are loaded here. Only
-  the diagonal tiles and the last column tile pay for masks.
+  (rows out of range: lse = +inf, g = 0), the column ones are loaded here.
   """
   cols = col0 + tl.arange(0, BLOCK_N)
   z = s * scale2
@@ -117,9 +163,5 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, l
       thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
       p = tl.where(s <= thr_c[None, :], p, 0.0)
     coef += g_c[None, :] * p
-  if EXCLUDE_SELF:
-    if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
-      coef = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), coef, 0.0)
-  if col0 + BLOCK_N > m:
-    coef = tl.where((cols < m)[None, :], coef, 0.0)
-  return coef
+  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                    EXCLUDE_SELF)

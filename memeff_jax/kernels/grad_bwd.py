@@ -10,7 +10,8 @@ each slab into the gradient with an XLA dot. Both share ``_common.coefficient``.
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import coefficient, load_tile, similarity, tile_similarity
+from memeff_jax.kernels._common import (coefficient, load_tile, row_stats, similarity,
+                                        tile_origin, tile_similarity)
 
 
 @triton.jit
@@ -63,14 +64,8 @@ def _lse_bwd_kernel(
   if NUM_D == 1:
     x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
   in_rows = rows < n
-  lse_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  g_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  thr_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  if HAS_ROW:
-    lse_r = tl.load(lse_r_ptr + rows, mask=in_rows, other=float("inf"))
-    g_r = tl.load(g_r_ptr + rows, mask=in_rows, other=0.0)
-    if ROW_THR:
-      thr_r = tl.load(thr_r_ptr + rows, mask=in_rows, other=0.0)
+  lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW,
+                                ROW_THR)
   acc = tl.zeros([BLOCK_M, BLOCK_DO], dtype=tl.float32)
   cs = tl.zeros([BLOCK_M], dtype=tl.float32)
   j_lo = pid_s * cols_per_split
@@ -127,24 +122,13 @@ def _tile_coef_bwd_kernel(
   speed. Rows past n store zeros.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
-  pid_m = tl.program_id(0)
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
-  row_off = tl.load(off_ptr)
-  col_off = tl.load(off_ptr + 1)
-  local0 = pid_m * BLOCK_M
-  row0 = tl.load(off_ptr + 2) + local0
-  col0 = pid_n * BLOCK_N
+  row_off, col_off, local0, row0, col0 = tile_origin(off_ptr, BLOCK_M, BLOCK_N)
   rows = row0 + tl.arange(0, BLOCK_M)
   in_rows = rows < n
-  lse_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  g_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  thr_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  if HAS_ROW:
-    lse_r = tl.load(lse_r_ptr + rows, mask=in_rows, other=float("inf"))
-    g_r = tl.load(g_r_ptr + rows, mask=in_rows, other=0.0)
-    if ROW_THR:
-      thr_r = tl.load(thr_r_ptr + rows, mask=in_rows, other=0.0)
+  lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW,
+                                ROW_THR)
   s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K,
                       PRECISION)
   coef = coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr,

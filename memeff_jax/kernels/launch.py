@@ -221,10 +221,11 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   return lse_row[:n], lse_col
 
 
-def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
-                   config, interpret, scal, stats, g_max):
+def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtype, config,
+                   interpret, scal, g_max):
   """lse_bwd as slabs: a coefficient slab from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
-  then dx[slab] = scale * g_max * c[slab] @ y as an XLA dot."""
+  then dx[slab] = scale * g_max * c[slab] @ y as an XLA dot. ``side_stats``, ``flags``,
+  ``scal`` and ``g_max`` come from lse_bwd, as for the FlashAttention-shaped kernel."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   block_k, num_k = _chunks(d, config.bwd_block_d)
@@ -236,7 +237,6 @@ def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out
   out_shapes = [jax.ShapeDtypeStruct((rows, m), c_dtype),
                 jax.ShapeDtypeStruct((col_tiles, rows) if want_cs else (1,), f32)]
   precision = _dot_precision(config, c_dtype)
-  side_stats = (*stats(row), *stats(col))
 
   def body(r0, carry):
     dx, cs = carry
@@ -245,10 +245,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out
         n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_K=block_k, NUM_K=num_k, HAS_ROW=row is not None, HAS_COL=col is not None,
-        ROW_THR=row is not None and row.thr is not None,
-        COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
-        WANT_CS=want_cs, PRECISION=config.precision)
+        BLOCK_K=block_k, NUM_K=num_k, **flags)
     part = jnp.dot(c, y, preferred_element_type=f32, precision=precision) * scal[1]
     dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
     if want_cs:
@@ -258,8 +255,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out
   padded = _cdiv(n, rows) * rows
   init = _compat.vary_like(
       (jnp.zeros((padded, d), out_dtype), jnp.zeros((padded,), f32) if want_cs else None),
-      x, y, scale, *offsets, *[v for side in (row, col) if side is not None for v in side
-                               if v is not None])
+      x, y, scale, *offsets, *side_stats)
   dx, cs = _slab_loop(n, rows, body, init)
   return dx[:n], (cs[:n] if want_cs else None)
 
@@ -267,11 +263,6 @@ def _lse_bwd_tiled(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out
 def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
             interpret):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd)."""
-  (n, d), m = x.shape, y.shape[0]
-  bm, bn = config.bwd_block_m, config.bwd_block_n
-  block_d, num_d = _chunks(d, config.bwd_block_d)
-  block_do, num_do = _chunks(d, config.bwd_block_do)
-  splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
   f32 = jnp.float32
   g_max = jnp.zeros((), f32)
   for side in (row, col):
@@ -287,24 +278,30 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
     thr = dummy if side.thr is None else side.thr.astype(f32)
     return (side.lse * LOG2E).astype(f32), (side.g / g_max).astype(f32), thr
 
+  side_stats = (*stats(row), *stats(col))
+  flags = dict(HAS_ROW=row is not None, HAS_COL=col is not None,
+               ROW_THR=row is not None and row.thr is not None,
+               COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
+               WANT_CS=want_cs, PRECISION=config.precision)
   if config.bwd_tiled:
-    return _lse_bwd_tiled(x, y, scale, offsets, row, col, exclude_self=exclude_self,
+    return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
-                          interpret=interpret, scal=scal, stats=stats, g_max=g_max)
+                          interpret=interpret, scal=scal, g_max=g_max)
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.bwd_block_m, config.bwd_block_n
+  block_d, num_d = _chunks(d, config.bwd_block_d)
+  block_do, num_do = _chunks(d, config.bwd_block_do)
+  splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
   dx_dtype = out_dtype if splits == 1 else f32
   out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((splits, n) if want_cs else (1,), f32)]
   dx, cs = _call(
-      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *stats(row), *stats(col), n, m,
+      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, n, m,
       per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
       num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
       name="memeff/lse_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
       BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
-      REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d),
-      HAS_ROW=row is not None, HAS_COL=col is not None,
-      ROW_THR=row is not None and row.thr is not None,
-      COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
-      WANT_CS=want_cs, PRECISION=config.precision)
+      REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), **flags)
   dx = dx[0] if splits == 1 else jnp.sum(dx, axis=0)
   return dx.astype(out_dtype), (jnp.sum(cs, axis=0) if want_cs else None)
 

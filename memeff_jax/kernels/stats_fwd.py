@@ -10,8 +10,8 @@ two exponentials per entry).
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import (load_tile, lse2_merge, off_diagonal, on_diagonal,
-                                        safe_max, similarity, tile_similarity)
+from memeff_jax.kernels._common import (drop_pairs, load_tile, lse2, lse2_merge, safe_max,
+                                        similarity, tile_origin, tile_similarity)
 
 
 @triton.jit
@@ -68,13 +68,9 @@ def _lse_fwd_kernel(
       z = s * scale2
       if ROW_THR:
         z = tl.where(s <= thr[:, None], z, float("-inf"))
-      if EXCLUDE_SELF:
-        if on_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N):
-          z = tl.where(off_diagonal(row0, j0, row_off, col_off, BLOCK_M, BLOCK_N), z,
-                       float("-inf"))
       cols = j0 + tl.arange(0, BLOCK_N)
-      if j0 + BLOCK_N > m:
-        z = tl.where((cols < m)[None, :], z, float("-inf"))
+      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                     EXCLUDE_SELF)
       m_new = tl.maximum(m_i, tl.max(z, 1))
       shift = safe_max(m_new)
       l_i = l_i * tl.exp2(m_i - shift) + tl.sum(tl.exp2(z - shift[:, None]), 1)
@@ -82,8 +78,7 @@ def _lse_fwd_kernel(
       if TWO_SIDED:
         if row0 + BLOCK_M > n:
           z = tl.where((rows < n)[:, None], z, float("-inf"))
-        c_max = safe_max(tl.max(z, 0))
-        c_lse = c_max + tl.log2(tl.sum(tl.exp2(z - c_max[None, :]), 0))
+        c_lse = lse2(z, 0)
         seen = tl.where(rb == pid_p, 0, m)   # nothing stored yet on this program's first tile
         old = tl.load(col_part + cols, mask=cols < seen, other=float("-inf"))
         tl.store(col_part + cols, lse2_merge(old, c_lse), mask=cols < m)
@@ -120,11 +115,7 @@ def _tile_lse_fwd_kernel(
   pid_m = tl.program_id(0)
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
-  row_off = tl.load(off_ptr)
-  col_off = tl.load(off_ptr + 1)
-  local0 = pid_m * BLOCK_M
-  row0 = tl.load(off_ptr + 2) + local0
-  col0 = pid_n * BLOCK_N
+  row_off, col_off, local0, row0, col0 = tile_origin(off_ptr, BLOCK_M, BLOCK_N)
   rows = row0 + tl.arange(0, BLOCK_M)
   cols = col0 + tl.arange(0, BLOCK_N)
   s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K,
@@ -133,19 +124,12 @@ def _tile_lse_fwd_kernel(
   if ROW_THR:
     thr = tl.load(thr_ptr + rows, mask=rows < n, other=0.0)
     z = tl.where(s <= thr[:, None], z, float("-inf"))
-  if EXCLUDE_SELF:
-    if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
-      z = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), z,
-                   float("-inf"))
-  if col0 + BLOCK_N > m:
-    z = tl.where((cols < m)[None, :], z, float("-inf"))
-  r_max = safe_max(tl.max(z, 1))
-  r_lse = r_max + tl.log2(tl.sum(tl.exp2(z - r_max[:, None]), 1))   # -inf: nothing kept
+  z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                 EXCLUDE_SELF)
+  r_lse = lse2(z, 1)
   local = local0 + tl.arange(0, BLOCK_M)
   tl.store(row_part_ptr + pid_n * tl.num_programs(0) * BLOCK_M + local, r_lse)
   if TWO_SIDED:
     if row0 + BLOCK_M > n:
       z = tl.where((rows < n)[:, None], z, float("-inf"))
-    c_max = safe_max(tl.max(z, 0))
-    c_lse = c_max + tl.log2(tl.sum(tl.exp2(z - c_max[None, :]), 0))
-    tl.store(col_part_ptr + pid_m.to(tl.int64) * m + cols, c_lse, mask=cols < m)
+    tl.store(col_part_ptr + pid_m.to(tl.int64) * m + cols, lse2(z, 0), mask=cols < m)
