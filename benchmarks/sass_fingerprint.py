@@ -1,0 +1,104 @@
+"""Device-free check that a kernel edit leaves the GPU code alone.
+
+Compiles every kernel over flag and tile variants for sm_90 on this CPU machine and
+prints, per variant, a hash of its SASS and a hash of its sorted opcodes (equal
+opcodes but different SASS: only register assignment or instruction order changed).
+Run it before and after an edit and diff the two outputs.
+
+Pointer arguments are marked divisible by 16, as jax-triton marks them: without that
+Triton pipelines no load and the code differs from what the GPU runs.
+
+  python benchmarks/sass_fingerprint.py > before.txt   # edit, rerun, diff
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
+from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
+
+TARGET = GPUTarget("cuda", 90, 32)
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "i32", "*fp32", "*fp32"]
+TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "*fp32", "*fp32"]
+BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS"]
+BWD_CASES = [(1, 1, 0, 0, 1, 0), (1, 0, 1, 0, 1, 1), (0, 1, 0, 1, 1, 0), (1, 1, 1, 1, 1, 1)]
+
+
+def fingerprint(kernel, arg_types, constexprs, warps, stages) -> str:
+  names = kernel.arg_names
+  runtime = [n for n in names if n not in constexprs]
+  sig = dict(zip(runtime, arg_types)) | {k: "constexpr" for k in constexprs}
+  attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
+           if t.startswith("*")}
+  src = ASTSource(kernel, sig, attrs=attrs,
+                  constexprs={(names.index(k),): v for k, v in constexprs.items()})
+  compiled = triton.compile(src, target=TARGET,
+                            options=dict(num_warps=warps, num_stages=stages))
+  with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as f:
+    f.write(compiled.asm["cubin"])
+    f.flush()
+    out = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True).stdout
+  lines = [l for l in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", l)]
+  ops = sorted(re.sub(r"^\s*(@!?U?P\w+\s+)?", "", re.sub(r"/\*[0-9a-f]*\*/", "", l)).split()[0]
+               for l in lines)
+  digest = lambda text: hashlib.sha1(text.encode()).hexdigest()[:12]
+  return f"{digest(chr(10).join(lines))} ops:{digest(' '.join(ops))} n={len(ops)}"
+
+
+def variants():
+  """(label, kernel, argument types, constexprs, warps, stages): the default tiles of
+  config.py and both dtypes, over the structural flags."""
+  flags = [False, True]
+  for dt, d, (bm, bn, w, st) in [("bf16", 128, (128, 64, 8, 3)), ("bf16", 512, (128, 32, 8, 2)),
+                                 ("fp32", 512, (32, 32, 8, 2))]:
+    for thr, two in itertools.product(flags, flags):
+      yield (f"fwd {dt} {d} thr={thr} two={two}", _lse_fwd_kernel, [f"*{dt}"] * 2 + FWD_ARGS,
+             dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=d, NUM_D=1, ROW_THR=thr,
+                  EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32"), w, st)
+  yield ("fwd chunked fp32 1152", _lse_fwd_kernel, ["*fp32"] * 2 + FWD_ARGS,
+         dict(D=1152, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, NUM_D=18, ROW_THR=True,
+              EXCLUDE_SELF=True, TWO_SIDED=True, PRECISION="ieee"), 8, 3)
+  for dt, d, (bm, bn, bk, w, st) in [("bf16", 512, (128, 128, 64, 8, 3)),
+                                     ("fp32", 72, (64, 64, 32, 8, 3))]:
+    for thr, excl, two in itertools.product(flags, flags, flags):
+      yield (f"tile fwd {dt} {d} thr={thr} excl={excl} two={two}", _tile_lse_fwd_kernel,
+             [f"*{dt}"] * 2 + TILE_FWD_ARGS,
+             dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), ROW_THR=thr,
+                  EXCLUDE_SELF=excl, TWO_SIDED=two, PRECISION="tf32"), w, st)
+  for dt, d, (bm, bn, w, st), num_d, block_do in [
+      ("bf16", 512, (64, 64, 8, 2), 1, 512), ("bf16", 128, (128, 64, 8, 3), 1, 128),
+      ("fp32", 1152, (64, 64, 8, 3), 18, 128)]:
+    block_d = d if num_d == 1 else 64
+    for case in BWD_CASES:
+      yield (f"bwd {dt} {d} {case}", _lse_bwd_kernel,
+             [f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 6 + ["i32"] * 3 + [f"*{dt}", "*fp32"],
+             dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
+                  REUSE_Y=num_d == 1 and block_do == block_d, PRECISION="tf32",
+                  **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+  for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
+                                     ("fp32", 72, (64, 64, 32, 8, 3))]:
+    for case in BWD_CASES:
+      yield (f"tile bwd {dt} {d} {case}", _tile_coef_bwd_kernel,
+             [f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 6 + ["i32", "i32", f"*{dt}", "*fp32"],
+             dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), PRECISION="tf32",
+                  **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+
+
+def main():
+  for label, *spec in variants():
+    print(label, fingerprint(*spec), flush=True)
+
+
+if __name__ == "__main__":
+  main()
