@@ -20,17 +20,22 @@ class ContrastiveStats(NamedTuple):
 
   Attributes:
     z_loss: float32 scalar, the z-loss term included in the loss,
-      ``lse_square_scale * mean(lse**2)`` (CLIP: the mean of its row and column terms).
+      ``lse_square_scale * mean(lse**2)`` (CLIP: the mean of its row and column terms;
+      Matryoshka: the weighted sum over the dims).
     lse_row: [n] float32, natural log of each row softmax's denominator in unshifted
       logits, ``log sum_c exp(s_c / t)`` over the candidates it really uses (the
       debiased denominator when ``tau_plus`` is on). Inside a ring: this device's rows.
     lse_col: [n] float32 for CLIP (the column softmaxes, one per text), ``None`` for
       the row-only losses.
+    matryoshka_losses: with ``matryoshka_dims``: [K] float32, the unweighted loss of
+      each dim (smoothing and z-loss included; the loss is their weighted sum), and
+      ``lse_row`` / ``lse_col`` are then [K, n]; ``None`` without dims.
   """
 
   z_loss: jax.Array
   lse_row: jax.Array
   lse_col: jax.Array | None
+  matryoshka_losses: jax.Array | None = None
 
 
 def normalize(v: jax.Array) -> jax.Array:
@@ -79,7 +84,7 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
     c = jnp.exp(jnp.where(ok, log_c, -1.0))
     log_u_g = d + jnp.log1p(-c) - jnp.log1p(-jnp.asarray(tau, jnp.float32))  # log(N g / pos)
     log_u_f = jnp.log(float(n_neg)) - scale - pos_logit                    # log(N f / pos)
-    clamped = ~ok | (log_u_g < log_u_f)                   # strict g < f, as in MATH 6.1
+    clamped = ~ok | (log_u_g < log_u_f)                   # strict g < f, docs/math.md §7.1
     ell = jax.nn.softplus(jnp.where(clamped, log_u_f, log_u_g))
   return ell, pos_logit + ell
 
@@ -105,27 +110,8 @@ def as_scale(temperature) -> jax.Array:
   return 1.0 / jnp.asarray(temperature, jnp.float32)
 
 
-def is_zero(v) -> bool:
-  """A Python 0.0 switches an optional term off; arrays always keep it."""
-  return isinstance(v, float) and v == 0.0
-
-
 def ring_size(axis_name) -> int:
   return 1 if axis_name is None else lax.axis_size(axis_name)
-
-
-def reduce_terms(terms, *, batch: int, z_scale, axis_name):
-  """Mean of the softmax directions' mean losses, and the z-loss term.
-
-  terms: [(ell, lse)] per direction (CLIP: rows and columns), each [local rows].
-  """
-  k = len(terms)
-  loss = global_sum(sum(jnp.sum(ell) for ell, _ in terms), axis_name) / (k * batch)
-  if is_zero(z_scale):
-    z = jnp.zeros((), jnp.float32)
-  else:
-    z = z_scale * global_sum(sum(jnp.sum(lse * lse) for _, lse in terms), axis_name) / (k * batch)
-  return loss, z
 
 
 def masked_lse(z, keep, axis: int = -1):

@@ -7,6 +7,7 @@ Values inside traced arrays are never checked (that would need a host sync).
 from __future__ import annotations
 
 import numbers
+from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -98,6 +99,7 @@ def check_tau_plus(tau, n: int):
   return jax.lax.stop_gradient(jnp.asarray(tau, jnp.float32))
 
 
+Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 BACKENDS = ("auto", "triton", "interpret", "blockwise", "reference")
 
 
@@ -105,3 +107,63 @@ def check_backend(backend) -> str:
   if backend not in BACKENDS:
     raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")
   return backend
+
+
+def check_flag(name: str, v) -> bool:
+  """Flags are Python bools (a string such as "False" is truthy)."""
+  if not isinstance(v, bool):
+    raise TypeError(f"{name} must be a bool, got {name}={v!r}")
+  return v
+
+
+def check_dims(name: str, dims, d: int | None = None, *,
+               last_equals_d: bool = False) -> tuple[int, ...]:
+  """Matryoshka dims: a non-empty, strictly increasing sequence of positive ints whose
+  last entry is the feature size d (fused) or at most it (the eager wrapper; d=None:
+  not known yet)."""
+  if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__"):
+    raise TypeError(f"{name} must be a sequence of ints, got {name}={dims!r}")
+  if not all(isinstance(m, numbers.Integral) and not isinstance(m, bool) for m in dims):
+    raise TypeError(f"{name} must hold ints, got {name}={tuple(dims)!r}")
+  dims = tuple(int(m) for m in dims)
+  if not dims:
+    raise ValueError(f"{name} must not be empty, got {name}={dims}")
+  if dims[0] < 1 or any(b <= a for a, b in zip(dims, dims[1:])):
+    raise ValueError(f"{name} must be strictly increasing positive ints, got {name}={dims}")
+  if d is None:
+    return dims
+  if last_equals_d and dims[-1] != d:
+    raise ValueError(f"{name} must end at the feature size {d} (every prefix is a Matryoshka "
+                     f"embedding, the last the whole vector), got {name}={dims}")
+  if dims[-1] > d:
+    raise ValueError(f"{name} must not exceed the feature size {d}, got {name}={dims}")
+  return dims
+
+
+def check_weights(name: str, weights, k: int) -> tuple[float, ...]:
+  """One finite Python number per Matryoshka dim (default 1.0 each; not normalized)."""
+  if weights is None:
+    return (1.0,) * k
+  if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
+    raise TypeError(f"{name} must be a sequence of floats, got {name}={weights!r}")
+  try:
+    weights = tuple(float(w) for w in weights)
+  except (TypeError, jax.errors.ConcretizationTypeError) as e:
+    raise TypeError(f"{name} must hold Python numbers (static weights), got {e}") from e
+  if len(weights) != k:
+    raise ValueError(f"{name} must have one entry per dim ({k}), got {len(weights)}: "
+                     f"{name}={weights}")
+  if not all(np.isfinite(weights)):
+    raise ValueError(f"{name} must be finite, got {name}={weights}")
+  return weights
+
+
+def check_matryoshka(dims, weights, d: int):
+  """The fused Matryoshka options: (dims or None, weights); one weight 1.0 without dims."""
+  if dims is None:
+    if weights is not None:
+      raise ValueError(f"matryoshka_weights needs matryoshka_dims, got "
+                       f"matryoshka_weights={weights!r} and matryoshka_dims=None")
+    return None, (1.0,)
+  dims = check_dims("matryoshka_dims", dims, d, last_equals_d=True)
+  return dims, check_weights("matryoshka_weights", weights, len(dims))

@@ -119,6 +119,22 @@ def smem_bytes(cfg: KernelConfig, d: int, itemsize: int) -> tuple[int, int]:
   return fwd, bwd
 
 
+def _tiled(cfg: KernelConfig, pass_: str, bk: int, d: int, itemsize: int,
+           limit: int) -> KernelConfig:
+  """``cfg`` with its forward (pass_="fwd") or gradient ("bwd") switched to the tiled
+  kernel with the H200's tiled tiles and ``bk``-feature chunks, with the most
+  pipeline stages whose shared memory for feature size d fits ``limit`` bytes."""
+  tiles = (dict(fwd_tiled=True, fwd_block_m=128, fwd_block_n=128, fwd_block_d=bk,
+                fwd_num_warps=8) if pass_ == "fwd" else
+           dict(bwd_tiled=True, bwd_block_m=64, bwd_block_n=128, bwd_block_d=bk,
+                bwd_num_warps=4))
+  for st in ((3, 2) if pass_ == "fwd" else (4, 3, 2)):
+    cfg = dataclasses.replace(cfg, **tiles, **{f"{pass_}_num_stages": st})
+    if smem_bytes(cfg, d, itemsize)[pass_ == "bwd"] <= limit:
+      break
+  return cfg
+
+
 def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
   """``cfg``, with the forward and/or gradient switched to tiled kernels (whose chunked
   tiles need far less shared memory) where a launch would exceed ``smem_kib``
@@ -128,18 +144,26 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   fwd, bwd = smem_bytes(cfg, d, itemsize)
   bk = 64 if itemsize < 4 else 32
   if fwd > limit:
-    for st in (3, 2):
-      cfg = dataclasses.replace(cfg, fwd_tiled=True, fwd_block_m=128, fwd_block_n=128,
-                                fwd_block_d=bk, fwd_num_warps=8, fwd_num_stages=st)
-      if smem_bytes(cfg, d, itemsize)[0] <= limit:
-        break
+    cfg = _tiled(cfg, "fwd", bk, d, itemsize, limit)
   if bwd > limit:
-    for st in (4, 3, 2):
-      cfg = dataclasses.replace(cfg, bwd_tiled=True, bwd_block_m=64, bwd_block_n=128,
-                                bwd_block_d=bk, bwd_num_warps=4, bwd_num_stages=st)
-      if smem_bytes(cfg, d, itemsize)[1] <= limit:
-        break
+    cfg = _tiled(cfg, "bwd", bk, d, itemsize, limit)
   return cfg
+
+
+def matryoshka_config(cfg: KernelConfig, itemsize: int,
+                      smem_kib: int | None = None) -> KernelConfig:
+  """The config of a Matryoshka block: both passes tiled (the kernels that walk the
+  feature chunks with one epilogue per dim), one chunk width for both. Passes that are
+  tiled already keep their tiles; others get the tiled tiles fitted to ``smem_kib``
+  (None: the H100's 227 KiB)."""
+  limit = ((smem_kib or 227) - 8) * 2**10
+  bk = 64 if itemsize < 4 else 32
+  for pass_ in ("fwd", "bwd"):
+    if not getattr(cfg, f"{pass_}_tiled"):
+      chunk = min(bk, getattr(cfg, f"{pass_}_block_d"))
+      cfg = _tiled(cfg, pass_, chunk, chunk, itemsize, limit)
+  block = min(cfg.fwd_block_d, cfg.bwd_block_d)
+  return dataclasses.replace(cfg, fwd_block_d=block, bwd_block_d=block)
 
 
 def default_config(d: int, dtype, *, interpret: bool = False,

@@ -1,7 +1,9 @@
-"""Dense, obviously correct jnp versions of every loss (MATH.md, with the z-loss).
+"""Dense, obviously correct jnp versions of every loss (docs/math.md).
 
 They materialize the [n, c] logits and call ``jax.nn.logsumexp``: O(B^2) memory,
 no tricks. Tests, docs and ``backend="reference"`` use them; they define each loss.
+``matryoshka`` (the eager wrapper, re-exported) around them is the eager Matryoshka
+definition, ``matryoshka_fused`` the fused one.
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._terms import ContrastiveStats, normalize, stable_scale
+from memeff_jax._validation import check_dims, check_weights
+from memeff_jax.matryoshka import matryoshka
 
 __all__ = ["clip_loss", "clip_loss_with_stats", "lit_loss", "lit_loss_with_stats", "qwen3_loss",
            "qwen3_loss_with_stats", "lit_qwen3_loss", "lit_qwen3_loss_with_stats",
-           "matryoshka", "matryoshka_fused", "ContrastiveStats", "normalize"]
+           "matryoshka", "matryoshka_fused", "matryoshka_fused_with_stats", "ContrastiveStats",
+           "normalize"]
 
 _HI = lax.Precision.HIGHEST
 
@@ -85,7 +90,7 @@ def _tau(tau):
 def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
                          normalized_inputs=False, stable=True, tau_plus=0.0,
                          label_smoothing=0.0, lse_square_scale=0.0):
-  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (MATH 2, 6)."""
+  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (docs/math.md §4, §7)."""
   x, y = image_features, text_features
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
@@ -108,7 +113,7 @@ def clip_loss(image_features, text_features, **kwargs):
 def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
                         normalized_inputs=False, stable=True, tau_plus=0.0,
                         label_smoothing=0.0, lse_square_scale=0.0):
-  """Dense LiT: CE(S/t, diag) over rows; the image tower is locked (MATH 3)."""
+  """Dense LiT: CE(S/t, diag) over rows; the image tower is locked (docs/math.md §5)."""
   x, y = text_features, lax.stop_gradient(image_features)
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
@@ -163,7 +168,7 @@ def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
                           temperature=0.07, margin=0.1, use_qq_negatives=False,
                           use_dd_negatives=False, normalized_inputs=False, stable=True,
                           tau_plus=0.0, label_smoothing=0.0, lse_square_scale=0.0):
-  """Dense Qwen3-Embedding InfoNCE with the false-negative mask (MATH 4)."""
+  """Dense Qwen3-Embedding InfoNCE with the false-negative mask (docs/math.md §6)."""
   return _qwen3(query_features, doc_features, hard_negatives, temperature=temperature,
                 margin=margin, use_qq=use_qq_negatives, use_dd=use_dd_negatives,
                 normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
@@ -178,7 +183,7 @@ def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
                               temperature=0.07, margin=0.1, use_qq_negatives=False,
                               normalized_inputs=False, stable=True, tau_plus=0.0,
                               label_smoothing=0.0, lse_square_scale=0.0):
-  """Dense LiT-Qwen3: documents and hard negatives locked, no d-d group (MATH 5)."""
+  """Dense LiT-Qwen3: documents and hard negatives locked, no d-d group (docs/math.md §6)."""
   h = None if hard_negatives is None else lax.stop_gradient(hard_negatives)
   return _qwen3(query_features, lax.stop_gradient(doc_features), h, temperature=temperature,
                 margin=margin, use_qq=use_qq_negatives, use_dd=False,
@@ -190,66 +195,42 @@ def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
   return lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives, **kwargs)[0]
 
 
-def _check_dims(dims, weights):
-  dims = tuple(int(m) for m in dims)
-  if not dims or list(dims) != sorted(set(dims)) or dims[0] < 1:
-    raise ValueError(f"dims must be a non-empty, strictly increasing tuple of positive ints, "
-                     f"got dims={dims}")
-  weights = (1.0,) * len(dims) if weights is None else tuple(float(w) for w in weights)
-  if len(weights) != len(dims):
-    raise ValueError(f"weights must have one entry per dim, got {len(weights)} weights for "
-                     f"dims={dims}")
-  return dims, weights
-
-
 def _prefix_unit(v, m):
-  """Prefix ``v[..., :m]`` renormalized in fp32 (MATH 7.2)."""
+  """Prefix ``v[..., :m]`` renormalized in fp32 (docs/math.md §8.1)."""
   p = v[..., :m].astype(_acc(v.dtype))
   return p / jnp.maximum(jnp.linalg.norm(p, axis=-1, keepdims=True), 1e-12)
 
 
-def matryoshka_fused(loss_fn: Callable, *features, dims: Sequence[int], weights=None,
-                     normalized_inputs=False, **kwargs):
-  """Fused Matryoshka semantics (MATH 7): sum_k w_k loss_fn on fp32 prefix unit vectors.
+def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],
+                                weights=None, normalized_inputs=False, **kwargs):
+  """Fused Matryoshka semantics (docs/math.md §8.1): ``sum_k w_k loss_fn`` on fp32
+  prefix unit vectors, with the per-dim stats stacked.
 
   The features are normalized once in their dtype (unless ``normalized_inputs``),
   then **every** prefix, the full one included, is renormalized in fp32.
-  ``dims[-1]`` must equal the feature size. ``loss_fn`` is one of this module's losses.
+  ``dims[-1]`` must equal the feature size. ``loss_fn`` is one of this module's
+  ``*_with_stats`` losses; returns ``(loss, stats)`` with ``lse_row`` / ``lse_col``
+  [K, n] and ``matryoshka_losses`` [K].
   """
-  dims, weights = _check_dims(dims, weights)
   d = features[0].shape[-1]
-  if dims[-1] != d:
-    raise ValueError(f"fused Matryoshka needs dims[-1] == features={d}, got dims={dims}")
+  dims = check_dims("dims", dims, d, last_equals_d=True)
+  weights = check_weights("weights", weights, len(dims))
   feats = [f if (f is None or normalized_inputs) else normalize(f) for f in features]
-  total = 0.0
-  for m, w in zip(dims, weights):
-    prefix = [None if f is None else _prefix_unit(f, m) for f in feats]
-    total = total + w * loss_fn(*prefix, normalized_inputs=True, **kwargs)
-  return total
+  outs = [loss_fn(*[None if f is None else _prefix_unit(f, m) for f in feats],
+                  normalized_inputs=True, **kwargs) for m in dims]
+  losses = jnp.stack([loss for loss, _ in outs])
+  w = jnp.asarray(weights, losses.dtype)
+  stack = lambda name: (None if getattr(outs[0][1], name) is None else
+                        jnp.stack([getattr(st, name) for _, st in outs]))
+  stats = ContrastiveStats(z_loss=jnp.sum(w * stack("z_loss")), lse_row=stack("lse_row"),
+                           lse_col=stack("lse_col"), matryoshka_losses=losses)
+  return jnp.sum(w * losses), stats
 
 
-def matryoshka(loss_fn: Callable, dims: Sequence[int], weights=None) -> Callable:
-  """Eager Matryoshka wrapper (MATH 8): ``sum_k w_k loss_fn(features[..., :m_k])``.
-
-  Every feature array (positional, or the ``hard_negatives`` keyword) is sliced to
-  its prefix; the base loss normalizes each raw slice itself, so
-  ``normalized_inputs=True`` is refused.
-  """
-  dims, weights = _check_dims(dims, weights)
-
-  def wrapped(*features, **kwargs):
-    if kwargs.get("normalized_inputs", False):
-      raise ValueError("matryoshka needs normalized_inputs=False: every prefix is renormalized")
-    d = features[0].shape[-1]
-    if dims[-1] > d:
-      raise ValueError(f"dims[-1] must be <= features={d}, got dims={dims}")
-    total = 0.0
-    for m, w in zip(dims, weights):
-      cut = lambda f: f[..., :m] if (hasattr(f, "ndim") and f.ndim >= 2) else f
-      kw = dict(kwargs)
-      if kw.get("hard_negatives") is not None:
-        kw["hard_negatives"] = cut(kw["hard_negatives"])
-      total = total + w * loss_fn(*[cut(f) for f in features], **kw)
-    return total
-
-  return wrapped
+def matryoshka_fused(loss_fn: Callable, *features, dims: Sequence[int], weights=None,
+                     normalized_inputs=False, **kwargs):
+  """The loss of :func:`matryoshka_fused_with_stats` for a loss-only ``loss_fn``."""
+  with_stats = lambda *a, **k: (loss_fn(*a, **k), ContrastiveStats(
+      jnp.zeros(()), jnp.zeros(()), None))
+  return matryoshka_fused_with_stats(with_stats, *features, dims=dims, weights=weights,
+                                     normalized_inputs=normalized_inputs, **kwargs)[0]

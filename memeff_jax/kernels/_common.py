@@ -40,19 +40,19 @@ def similarity(x_t, x_ptr, y_ptr, row0, col0, n, m, D: tl.constexpr, BLOCK_M: tl
     s = tl.dot(x_t, tl.trans(y_t), input_precision=PRECISION)
   else:
     y_t = tl.zeros([1, 1], dtype=tl.float32)   # nothing to reuse
-    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D,
-                        PRECISION)
+    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m,
+                        tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), 0, NUM_D, D, BLOCK_M,
+                        BLOCK_N, BLOCK_D, PRECISION)
   return s, y_t
 
 
 @triton.jit
-def tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, NUM_K: tl.constexpr,
-                    PRECISION: tl.constexpr):
-  """s = x[rows] . y[cols]^T, fp32 [BLOCK_M, BLOCK_N], walking the features in NUM_K
-  chunks of BLOCK_K (a plain GEMM K loop, software-pipelined by Triton)."""
-  s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-  for c in range(NUM_K):
+def tile_similarity(x_ptr, y_ptr, row0, col0, n, m, s, C_LO: tl.constexpr, C_HI: tl.constexpr,
+                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_K: tl.constexpr, PRECISION: tl.constexpr):
+  """s + x[rows] . y[cols]^T over the feature chunks [C_LO, C_HI) of width BLOCK_K,
+  fp32 [BLOCK_M, BLOCK_N]: a plain GEMM K loop, software-pipelined by Triton."""
+  for c in range(C_LO, C_HI):
     x_c = load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_K)
     y_c = load_tile(y_ptr, col0, m, c, D, BLOCK_N, BLOCK_K)
     s = tl.dot(x_c, tl.trans(y_c), s, input_precision=PRECISION)

@@ -100,18 +100,20 @@ def _tile_coef_bwd_kernel(
     x_ptr, y_ptr,              # [n, D] rows, [m, D] columns
     scal_ptr,                  # [1] fp32: scale * log2(e)
     off_ptr,                   # [3] int32: global offsets of row 0 and column 0, first slab row
-    lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
-    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics
+    lse_r_ptr, g_r_ptr, thr_r_ptr,   # [K, n] row-role statistics (log2 units, +inf if empty)
+    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics
+    xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
     # sizes
     n, m,
     # output pointers
-    c_ptr,                     # [R, m] coefficient slab (input dtype), c_ij / g_max
-    cs_ptr,                    # [column tiles, R] fp32: per-tile sum_j c_ij s_ij / g_max (WANT_CS)
+    c_ptr,                     # [K, R, m] coefficient slabs (see below) / g_max
+    cs_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij s^k_ij / g_max
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-    WANT_CS: tl.constexpr, PRECISION: tl.constexpr,
+    WANT_CS: tl.constexpr, PRECISION: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
+    HAS_TAB: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -120,25 +122,58 @@ def _tile_coef_bwd_kernel(
   The launcher multiplies the slab into the gradient with one XLA dot,
   dx[slab] = scale * g_max * c[slab] @ y, so the gradient's GEMM runs at cuBLAS
   speed. Rows past n store zeros.
+
+  Matryoshka (K prefix dims, segment ends in SEGS as in the forward): feature
+  segment k of dx takes the coefficients of every dim that contains it, so slab k
+  holds the suffix sum C^k_ij = sum_{k' >= k} c^k'_ij a_k',i b_k',j and the launcher
+  multiplies slab k with segment k of y only: the GEMM work of one plain pass. The
+  dims are visited from the last: one walk gives the full dot, a second walk down
+  the segments subtracts each segment from it (the prefix dots), so one running sum
+  is all that is kept.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
   row_off, col_off, local0, row0, col0 = tile_origin(off_ptr, BLOCK_M, BLOCK_N)
   rows = row0 + tl.arange(0, BLOCK_M)
-  in_rows = rows < n
-  lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW,
-                                ROW_THR)
-  s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K,
-                      PRECISION)
-  coef = coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr,
-                     g_c_ptr, thr_c_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                     EXCLUDE_SELF)
-  if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
-    coef = tl.where(in_rows[:, None], coef, 0.0)
-  local = local0 + tl.arange(0, BLOCK_M)
   cols = col0 + tl.arange(0, BLOCK_N)
-  tl.store(c_ptr + local.to(tl.int64)[:, None] * m + cols[None, :],
-           coef.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
-  if WANT_CS:
-    tl.store(cs_ptr + pid_n * tl.num_programs(0) * BLOCK_M + local, tl.sum(coef * s, 1))
+  local = local0 + tl.arange(0, BLOCK_M)
+  in_rows = rows < n
+  zeros = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+  s_full = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, zeros, 0, NUM_K, D, BLOCK_M,
+                           BLOCK_N, BLOCK_K, PRECISION)
+  tail = zeros    # <x_i, y_j> over the features past dim k
+  suffix = zeros  # C^k
+  for i in tl.static_range(K):
+    k: tl.constexpr = K - 1 - i
+    c_hi: tl.constexpr = (SEGS >> (16 * k)) & 0xFFFF         # dim k ends after chunk c_hi
+    c_top: tl.constexpr = (SEGS >> (16 * k + 16)) & 0xFFFF   # and dim k + 1 after c_top
+    s = s_full
+    if i > 0:
+      tail = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, tail, c_hi, c_top, D, BLOCK_M,
+                             BLOCK_N, BLOCK_K, PRECISION)
+      s = s_full - tail
+    if HAS_TAB:
+      a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+      b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+      s = s * a[:, None] * b[None, :]
+    lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
+                                  in_rows, BLOCK_M, HAS_ROW, ROW_THR)
+    coef = coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r,
+                       lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, BLOCK_M, BLOCK_N,
+                       HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF)
+    if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
+      coef = tl.where(in_rows[:, None], coef, 0.0)
+    if HAS_TAB:
+      coef_ab = coef * a[:, None] * b[None, :]
+    else:
+      coef_ab = coef
+    if i == 0:
+      suffix = coef_ab
+    else:
+      suffix = suffix + coef_ab
+    tl.store(c_ptr + (k * tl.num_programs(0) * BLOCK_M + local).to(tl.int64)[:, None] * m +
+             cols[None, :], suffix.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
+    if WANT_CS:
+      cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
+      tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))

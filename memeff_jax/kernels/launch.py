@@ -10,14 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
+import math
 import threading
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from memeff_jax import _compat
-from memeff_jax.config import KernelConfig, default_config
+from memeff_jax.config import KernelConfig, default_config, matryoshka_config
 from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
@@ -153,11 +156,16 @@ def _dot_precision(config: KernelConfig, dtype):
 
 
 # ---------------------------------------------------------------------- launchers
-def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret):
-  """Row (and column) log-sum-exp of the masked block, natural log units."""
-  if config.fwd_tiled:
+def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
+            prefix=None):
+  """Row (and column) log-sum-exp of the masked block, natural log units.
+
+  prefix: Matryoshka ``(x_tab, y_tab, ladder)`` (features laid out by the ladder):
+  the statistics are then [K, rows] (tiled kernel only)."""
+  if config.fwd_tiled or prefix is not None:
     return _lse_fwd_tiled(x, y, scale, row_thr, offsets, two_sided=two_sided,
-                          exclude_self=exclude_self, config=config, interpret=interpret)
+                          exclude_self=exclude_self, config=config, interpret=interpret,
+                          prefix=prefix)
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
     lse_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False, **opts)
@@ -185,84 +193,111 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   return lse_row, lse_col
 
 
+def _prefix_args(prefix, num_k):
+  """Kernel arguments of the Matryoshka tables: (K, SEGS, HAS_TAB, x_tab, y_tab)."""
+  if prefix is None:
+    dummy = jnp.zeros((1,), jnp.float32)
+    return 1, num_k, False, dummy, dummy
+  x_tab, y_tab, ladder = prefix
+  return len(ladder.ends), ladder.segs, True, x_tab.astype(jnp.float32), y_tab.astype(
+      jnp.float32)
+
+
 def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config,
-                   interpret):
+                   interpret, prefix):
   """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
-  block_k, num_k = _chunks(d, config.fwd_block_d)
+  block_k, num_k = _chunks(d, config.fwd_block_d) if prefix is None else (
+      prefix[2].chunk, d // prefix[2].chunk)
+  k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_k)
   col_tiles = _cdiv(m, bn)
-  rows = _slab_rows(n, bm, 4 * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
+  rows = _slab_rows(n, bm, 4 * k * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
   f32 = jnp.float32
   scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
-  thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32)
-  out_shapes = [jax.ShapeDtypeStruct((col_tiles, rows), f32),
-                jax.ShapeDtypeStruct((rows // bm, m) if two_sided else (1,), f32)]
+  thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
+  out_shapes = [jax.ShapeDtypeStruct((k, col_tiles, rows), f32),
+                jax.ShapeDtypeStruct((k, rows // bm, m) if two_sided else (1,), f32)]
 
   def body(r0, carry):
     lse_row, lse_col = carry
     row_part, col_part = _call(
-        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), n, m,
+        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, n, m,
         out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=config.fwd_num_warps,
         num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
-        PRECISION=config.precision)
+        PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab)
     lse_row = jax.lax.dynamic_update_slice(
-        lse_row, jax.nn.logsumexp(row_part * LN2, axis=0), (r0,))
+        lse_row, jax.nn.logsumexp(row_part * LN2, axis=1), (0, r0))
     if two_sided:
-      lse_col = jnp.logaddexp(lse_col, jax.nn.logsumexp(col_part * LN2, axis=0))
+      lse_col = jnp.logaddexp(lse_col, jax.nn.logsumexp(col_part * LN2, axis=1))
     return lse_row, lse_col
 
   init = _compat.vary_like(
-      (jnp.zeros((_cdiv(n, rows) * rows,), f32),
-       jnp.full((m,), -jnp.inf, f32) if two_sided else None), x, y, scale, *offsets)
+      (jnp.zeros((k, _cdiv(n, rows) * rows), f32),
+       jnp.full((k, m), -jnp.inf, f32) if two_sided else None), x, y, scale, *offsets)
   lse_row, lse_col = _slab_loop(n, rows, body, init)
-  return lse_row[:n], lse_col
+  lse_row = lse_row[:, :n]
+  if prefix is None:
+    return lse_row[0], (lse_col[0] if two_sided else None)
+  return lse_row, lse_col
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtype, config,
-                   interpret, scal, g_max):
-  """lse_bwd as slabs: a coefficient slab from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
-  then dx[slab] = scale * g_max * c[slab] @ y as an XLA dot. ``side_stats``, ``flags``,
-  ``scal`` and ``g_max`` come from lse_bwd, as for the FlashAttention-shaped kernel."""
+                   interpret, scal, g_max, prefix):
+  """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
+  then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
+  feature segment k of y). ``side_stats``, ``flags``, ``scal`` and ``g_max`` come from
+  lse_bwd, as for the FlashAttention-shaped kernel."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
-  block_k, num_k = _chunks(d, config.bwd_block_d)
+  block_k, num_k = _chunks(d, config.bwd_block_d) if prefix is None else (
+      prefix[2].chunk, d // prefix[2].chunk)
+  k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_k)
+  ends = (d,) if prefix is None else prefix[2].ends
   col_tiles = _cdiv(m, bn)
-  c_dtype = x.dtype
-  rows = _slab_rows(n, bm, m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles, config,
+  # fp16 slabs could overflow once the prefix tables (>= 1) multiply the coefficients.
+  c_dtype = jnp.float32 if (prefix is not None and x.dtype == jnp.float16) else x.dtype
+  rows = _slab_rows(n, bm, k * (m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles), config,
                     min_rows=config.min_slab_rows)
   f32 = jnp.float32
-  out_shapes = [jax.ShapeDtypeStruct((rows, m), c_dtype),
-                jax.ShapeDtypeStruct((col_tiles, rows) if want_cs else (1,), f32)]
+  out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype),
+                jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32)]
   precision = _dot_precision(config, c_dtype)
+  y_dot = y.astype(c_dtype)
 
   def body(r0, carry):
     dx, cs = carry
     c, cs_part = _call(
-        _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *side_stats,
-        n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
+        _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *side_stats, x_tab,
+        y_tab, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_K=block_k, NUM_K=num_k, **flags)
-    part = jnp.dot(c, y, preferred_element_type=f32, precision=precision) * scal[1]
+        BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab, **flags)
+    part = jnp.concatenate(
+        [jnp.dot(c[i], y_dot[:, lo:hi], preferred_element_type=f32, precision=precision)
+         for i, (lo, hi) in enumerate(zip((0,) + ends[:-1], ends))], axis=1) * scal[1]
     dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
     if want_cs:
-      cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=0) * g_max, (r0,))
+      cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=1) * g_max, (0, r0))
     return dx, cs
 
   padded = _cdiv(n, rows) * rows
   init = _compat.vary_like(
-      (jnp.zeros((padded, d), out_dtype), jnp.zeros((padded,), f32) if want_cs else None),
+      (jnp.zeros((padded, d), out_dtype), jnp.zeros((k, padded), f32) if want_cs else None),
       x, y, scale, *offsets, *side_stats)
   dx, cs = _slab_loop(n, rows, body, init)
-  return dx[:n], (cs[:n] if want_cs else None)
+  cs = None if not want_cs else (cs[0, :n] if prefix is None else cs[:, :n])
+  return dx[:n], cs
 
 
 def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
-            interpret):
-  """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd)."""
+            interpret, prefix=None):
+  """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd).
+
+  prefix: Matryoshka ``(x_tab, y_tab, ladder)``, as for lse_fwd: the side statistics
+  and the returned sums are then [K, rows] (tiled kernel only)."""
   f32 = jnp.float32
   g_max = jnp.zeros((), f32)
   for side in (row, col):
@@ -275,18 +310,19 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   def stats(side):
     if side is None:
       return dummy, dummy, dummy
-    thr = dummy if side.thr is None else side.thr.astype(f32)
-    return (side.lse * LOG2E).astype(f32), (side.g / g_max).astype(f32), thr
+    thr = dummy if side.thr is None else side.thr.astype(f32).reshape(-1)
+    return ((side.lse * LOG2E).astype(f32).reshape(-1),
+            (side.g / g_max).astype(f32).reshape(-1), thr)
 
   side_stats = (*stats(row), *stats(col))
   flags = dict(HAS_ROW=row is not None, HAS_COL=col is not None,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
                WANT_CS=want_cs, PRECISION=config.precision)
-  if config.bwd_tiled:
+  if config.bwd_tiled or prefix is not None:
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
-                          interpret=interpret, scal=scal, g_max=g_max)
+                          interpret=interpret, scal=scal, g_max=g_max, prefix=prefix)
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   block_d, num_d = _chunks(d, config.bwd_block_d)
@@ -320,6 +356,48 @@ def _device_smem_kib() -> int:
   return 96 if major == 7 else 99   # V100; consumer Ampere/Ada/Blackwell
 
 
+class Ladder(NamedTuple):
+  """Matryoshka dims as the kernels walk them: feature segments [m_{k-1}, m_k), each
+  padded with zero features to a multiple of ``chunk`` (a no-op for aligned ladders
+  such as (64, 128, 256, 512)), so every dim ends on a chunk boundary."""
+
+  dims: tuple[int, ...]     # the user's dims
+  ends: tuple[int, ...]     # their ends in the padded layout
+  chunk: int                # the kernels' feature chunk
+
+  @classmethod
+  def of(cls, dims, block: int) -> "Ladder":
+    chunk = block
+    if any(m % block for m in dims):   # the largest power of two dividing every dim
+      g = functools.reduce(math.gcd, dims)
+      chunk = max(16, min(block, g & -g))
+    ends = tuple(itertools.accumulate(_cdiv(hi - lo, chunk) * chunk
+                                      for lo, hi in zip((0,) + dims[:-1], dims)))
+    return cls(tuple(dims), ends, chunk)
+
+  @property
+  def segs(self) -> int:
+    """The kernels' SEGS: dim k ends after chunk ``(SEGS >> 16 k) & 0xFFFF``."""
+    assert self.ends[-1] // self.chunk < 2**16
+    return sum((e // self.chunk) << (16 * k) for k, e in enumerate(self.ends))
+
+  def _pairs(self):
+    return zip((0,) + self.dims[:-1], self.dims, (0,) + self.ends[:-1])
+
+  def pad(self, v):
+    if self.ends == self.dims:
+      return v
+    segs = [v[:, lo:hi] for lo, hi, _ in self._pairs()]
+    widths = [e - p for e, (_, _, p) in zip(self.ends, self._pairs())]
+    return jnp.concatenate([jnp.pad(sg, ((0, 0), (0, w - sg.shape[1])))
+                            for sg, w in zip(segs, widths)], axis=1)
+
+  def unpad(self, g):
+    if self.ends == self.dims:
+      return g
+    return jnp.concatenate([g[:, p:p + hi - lo] for lo, hi, p in self._pairs()], axis=1)
+
+
 @dataclasses.dataclass(frozen=True)
 class TritonBackend:
   """The Triton kernels behind the ``fwd_stats`` / ``bwd`` contract of ``_core``."""
@@ -330,25 +408,30 @@ class TritonBackend:
   def name(self) -> str:
     return "interpret" if self.interpret else "triton"
 
-  def _config(self, spec, x) -> KernelConfig:
-    if spec.dims is not None:
-      raise NotImplementedError(
-          f"prefix (Matryoshka) dims are not implemented by backend={self.name!r} yet; "
-          f"use backend='blockwise'")
-    if spec.config is not None:
-      return spec.config
-    if self.interpret:
-      return default_config(x.shape[1], x.dtype, interpret=True)
-    return default_config(x.shape[1], x.dtype, smem_kib=_device_smem_kib())
+  def _setup(self, spec, x, x_tab, y_tab):
+    """(config, prefix or None): Matryoshka runs the tiled kernels."""
+    d, dtype = x.shape[1], x.dtype
+    smem = None if self.interpret else _device_smem_kib()
+    cfg = spec.config if spec.config is not None else default_config(
+        d, dtype, interpret=self.interpret, smem_kib=smem)
+    if spec.dims is None:
+      return cfg, None
+    cfg = matryoshka_config(cfg, jnp.dtype(dtype).itemsize, smem)
+    return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):
-    del x_tab, y_tab
+    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+    if prefix is not None:
+      x, y = prefix[2].pad(x), prefix[2].pad(y)
     return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
-                   exclude_self=spec.exclude_self, config=self._config(spec, x),
-                   interpret=self.interpret)
+                   exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
+                   prefix=prefix)
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, want_cs, out_dtype):
-    del x_tab, y_tab
-    return lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
-                   want_cs=want_cs, out_dtype=out_dtype, config=self._config(spec, x),
-                   interpret=self.interpret)
+    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+    if prefix is not None:
+      x, y = prefix[2].pad(x), prefix[2].pad(y)
+    dx, cs = lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
+                     want_cs=want_cs, out_dtype=out_dtype, config=cfg,
+                     interpret=self.interpret, prefix=prefix)
+    return (dx if prefix is None else prefix[2].unpad(dx)), cs

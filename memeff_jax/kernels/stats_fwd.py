@@ -91,17 +91,19 @@ def _tile_lse_fwd_kernel(
     # input pointers
     x_ptr, y_ptr,            # [n, D], [m, D] (row-major, contiguous)
     scal_ptr,                # [1] fp32: scale * log2(e)
-    thr_ptr,                 # [n] fp32 row thresholds (raw similarity), if ROW_THR
+    thr_ptr,                 # [K, n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [3] int32: global offsets of row 0 and column 0, first slab row
+    xt_ptr, yt_ptr,          # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
     # sizes
     n, m,
     # output pointers
-    row_part_ptr,            # [column tiles, R] fp32: per-tile row log-sum-exp (log2 units)
-    col_part_ptr,            # [R / BLOCK_M, m] fp32: per-tile column log-sum-exp (TWO_SIDED)
+    row_part_ptr,            # [K, column tiles, R] fp32: per-tile row log-sum-exp (log2 units)
+    col_part_ptr,            # [K, R / BLOCK_M, m] fp32: per-tile column log-sum-exp (TWO_SIDED)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-    TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr,
+    TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
+    HAS_TAB: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of a slab of R rows: its row and column partial
   log-sum-exps, each over the tile only, merged in JAX.
@@ -110,6 +112,11 @@ def _tile_lse_fwd_kernel(
   walked in NUM_K pipelined chunks of BLOCK_K) with a statistics epilogue, so one
   sweep gives both the row and the column statistics with exact maxima, no atomics
   and a fixed reduction order.
+
+  Matryoshka (K prefix dims): the chunks walk on in K segments; dim k ends after
+  chunk ``(SEGS >> 16 k) & 0xFFFF`` (the launcher aligns every dim to a chunk), and
+  its epilogue takes the prefix cosines s^k = a_k,i b_k,j <x_i, y_j>_{:m_k} from the
+  running dot: one feature walk for every dim. Without dims, K = 1 and SEGS = NUM_K.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -118,18 +125,28 @@ def _tile_lse_fwd_kernel(
   row_off, col_off, local0, row0, col0 = tile_origin(off_ptr, BLOCK_M, BLOCK_N)
   rows = row0 + tl.arange(0, BLOCK_M)
   cols = col0 + tl.arange(0, BLOCK_N)
-  s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_K, NUM_K,
-                      PRECISION)
-  z = s * scale2
-  if ROW_THR:
-    thr = tl.load(thr_ptr + rows, mask=rows < n, other=0.0)
-    z = tl.where(s <= thr[:, None], z, float("-inf"))
-  z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                 EXCLUDE_SELF)
-  r_lse = lse2(z, 1)
   local = local0 + tl.arange(0, BLOCK_M)
-  tl.store(row_part_ptr + pid_n * tl.num_programs(0) * BLOCK_M + local, r_lse)
-  if TWO_SIDED:
-    if row0 + BLOCK_M > n:
-      z = tl.where((rows < n)[:, None], z, float("-inf"))
-    tl.store(col_part_ptr + pid_m.to(tl.int64) * m + cols, lse2(z, 0), mask=cols < m)
+  s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+  for k in tl.static_range(K):
+    c_lo: tl.constexpr = (SEGS << 16 >> (16 * k)) & 0xFFFF   # dim k's chunks [c_lo, c_hi)
+    c_hi: tl.constexpr = (SEGS >> (16 * k)) & 0xFFFF
+    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, s, c_lo, c_hi, D, BLOCK_M, BLOCK_N,
+                        BLOCK_K, PRECISION)
+    s_k = s
+    if HAS_TAB:
+      a = tl.load(xt_ptr + k * n + rows, mask=rows < n, other=0.0)
+      b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+      s_k = s * a[:, None] * b[None, :]
+    z = s_k * scale2
+    if ROW_THR:
+      thr = tl.load(thr_ptr + k * n + rows, mask=rows < n, other=0.0)
+      z = tl.where(s_k <= thr[:, None], z, float("-inf"))
+    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                   EXCLUDE_SELF)
+    row_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
+    tl.store(row_part_ptr + row_base + local, lse2(z, 1))
+    if TWO_SIDED:
+      if row0 + BLOCK_M > n:
+        z = tl.where((rows < n)[:, None], z, float("-inf"))
+      col_base = (k * tl.num_programs(0) + pid_m).to(tl.int64) * m
+      tl.store(col_part_ptr + col_base + cols, lse2(z, 0), mask=cols < m)

@@ -1,0 +1,237 @@
+"""The loss layer's shared chain: every public loss is a ``Family`` (which arrays, which
+are locked, and a ``head`` that builds its negatives' statistics) run through ``run``.
+
+The chain, once for every family: validate, pick the backend, lock towers, normalize,
+build the Matryoshka prefix tables, upcast one fp32 copy per array for the O(B D) glue,
+call the family's head, turn each softmax direction into loss terms (debiasing in the
+log domain), add label smoothing and the z-loss per Matryoshka dim, weight the dims,
+apply ``stable``. Without ``matryoshka_dims`` everything runs with one "dim" (K = 1)
+and no renormalization, so each option is written once (docs/math.md §3, §7, §8).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from typing import Callable, NamedTuple, ParamSpec
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from memeff_jax import _dispatch, _validation, reference
+from memeff_jax._core import BlockSpec, block_lse
+from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, ring_size,
+                               softmax_terms, stable_scale)
+from memeff_jax.ring import check_axis
+
+_P = ParamSpec("_P")
+# Keywords every loss takes, in signature order; families add their own (margin, ...).
+SHARED = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
+          "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "axis_name", "backend",
+          "deterministic", "config")
+
+
+class Tower(NamedTuple):
+  """One feature array as the glue sees it."""
+
+  v: jax.Array                  # normalized, input dtype: what the kernels read
+  v32: jax.Array                # its fp32 copy (cotangents sum in fp32, round once)
+  tab: jax.Array | None         # [K, ...rows] prefix inverse norms (Matryoshka), else None
+
+
+class Ctx(NamedTuple):
+  """Static and traced context of one call, handed to the family's head."""
+
+  scale: jax.Array              # 1 / t, fp32 0-d
+  batch: int                    # global batch B
+  dims: tuple[int, ...] | None  # Matryoshka dims (None: one plain "dim")
+  spec: Callable[..., BlockSpec]   # BlockSpec factory with backend, ring axis, config
+  axis_name: object
+
+  def gsum(self, v):
+    return global_sum(v, self.axis_name)
+
+  def sims(self, a: Tower, b: Tower, axis: str = "id,id->i") -> jax.Array:
+    """[K, ...] similarities of paired rows, per prefix dim (fp32 glue)."""
+    return _prefix_dots(a, b, self.dims, axis)
+
+  def block(self, x: Tower, y: Tower | None, row_thr=None, **spec) -> tuple:
+    """(lse_row, lse_col) of a kernel block, each [K, rows] (lse_col None unless two_sided)."""
+    if row_thr is not None and self.dims is None:
+      row_thr = row_thr[0]
+    out = block_lse(x.v, None if y is None else y.v, self.scale, row_thr, x.tab,
+                    None if y is None else y.tab,
+                    spec=self.spec(dims=self.dims, **spec))
+    return tuple(None if o is None else (o if self.dims else o[None]) for o in out)
+
+  def tower_sum(self, t: Tower) -> jax.Array:
+    """[K, D] global sum of the unit (prefix) rows, zero past each dim."""
+    if self.dims is None:
+      return self.gsum(jnp.sum(t.v32, axis=0))[None]
+    s = jnp.einsum("kn,nd->kd", t.tab, t.v32, precision=lax.Precision.HIGHEST)
+    return self.gsum(s * _prefix_mask(self.dims, t.v32.shape[-1]))
+
+  def self_sum(self, t: Tower) -> jax.Array:
+    """[K] global sum of the unit (prefix) rows' squared norms."""
+    sq = _prefix_dots(t, t, self.dims, "id,id->i")
+    return self.gsum(jnp.sum(sq, axis=-1))
+
+
+class Head(NamedTuple):
+  """What a family adds: its softmax directions and its smoothing targets."""
+
+  lse_neg: list                 # per direction: [K, n] log-sum-exp over the kept negatives
+  pos: jax.Array                # [K, n] the positive's similarity
+  n_neg: int                    # nominal negatives N per softmax (C = N + 1 candidates)
+  cross: Callable[[], jax.Array]   # [K] sum over rows of every candidate's similarity
+                                   # minus the positives' (label smoothing's A)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """A loss family: its arrays, its locked ones, its head and its dense reference."""
+
+  name: str
+  arrays: tuple[str, ...]           # positional names; the third (if any) is optional
+  locked: tuple[int, ...]           # indices of arrays under stop_gradient
+  head: Callable[..., Head]         # head(ctx, towers, **family_options)
+  reference: Callable               # reference *_with_stats
+  options: tuple[str, ...] = ()     # the family's own keywords
+  validate: Callable[..., dict] = dict   # their trace-time checks: options -> options
+
+
+def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
+  """The chain for one call of a public ``*_with_stats`` loss (its ``locals()``)."""
+  arrays = [kwargs.pop(a) for a in family.arrays]
+  own = {k: kwargs.pop(k) for k in family.options}
+  o = dict(kwargs)
+  if set(o) != set(SHARED):
+    raise TypeError(f"internal: {family.name} options {sorted(o)} != {sorted(SHARED)}")
+  n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
+  if len(arrays) > 2 and arrays[2] is not None:
+    _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
+  temperature = _validation.check_temperature(o["temperature"])
+  tau = _validation.check_tau_plus(o["tau_plus"], n)
+  eps = _validation.check_range("label_smoothing", o["label_smoothing"], 0.0, 1.0)
+  z_scale = _validation.check_range("lse_square_scale", o["lse_square_scale"], 0.0, None)
+  dims, weights = _validation.check_matryoshka(o["matryoshka_dims"], o["matryoshka_weights"], d)
+  be = _dispatch.resolve(o["backend"])
+  axis_name = o["axis_name"]
+  check_axis(axis_name)
+  own = family.validate(**own)
+  if be is None:
+    if axis_name is not None:
+      raise ValueError("backend='reference' is single-device: it has no axis_name ring")
+    ref = functools.partial(family.reference, **own, temperature=temperature,
+                            stable=o["stable"], tau_plus=o["tau_plus"],
+                            label_smoothing=o["label_smoothing"],
+                            lse_square_scale=o["lse_square_scale"])
+    if dims is None:
+      return ref(*arrays, normalized_inputs=o["normalized_inputs"])
+    return reference.matryoshka_fused_with_stats(
+        ref, *arrays, dims=dims, weights=weights, normalized_inputs=o["normalized_inputs"])
+
+  if len(arrays) > 2 and arrays[2] is not None and arrays[2].shape[1] == 0:
+    arrays[2] = None                                   # k = 0 hard negatives: none
+  arrays = [lax.stop_gradient(a) if (i in family.locked and a is not None) else a
+            for i, a in enumerate(arrays)]
+  if not o["normalized_inputs"]:
+    arrays = [None if a is None else normalize(a) for a in arrays]
+  towers = [None if a is None else _tower(a, dims) for a in arrays]
+  ctx = Ctx(scale=as_scale(temperature), batch=n * ring_size(axis_name), dims=dims,
+            axis_name=axis_name,
+            spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name,
+                                   config=o["config"]))
+  head = family.head(ctx, towers, **own)
+  pos_logit = ctx.scale * head.pos
+  terms = [softmax_terms(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
+           for lse in head.lse_neg]
+  per_dim = ctx.gsum(sum(jnp.sum(ell, axis=-1) for ell, _ in terms)) / (len(terms) * ctx.batch)
+  z = jnp.zeros_like(per_dim)
+  if not _is_zero(z_scale):
+    z = z_scale * ctx.gsum(sum(jnp.sum(lse * lse, axis=-1) for _, lse in terms)) / (
+        len(terms) * ctx.batch)
+  if not _is_zero(eps):
+    # Smoothed targets over the C = N + 1 nominal candidates (docs/math.md §7.2):
+    # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.
+    trace = ctx.gsum(jnp.sum(head.pos, axis=-1))
+    per_dim = per_dim + eps * ctx.scale / ctx.batch * (trace - head.cross() / (head.n_neg + 1))
+  per_dim = per_dim + z
+  w = jnp.asarray(weights, jnp.float32)
+  loss = stable_scale(jnp.sum(w * per_dim), stable=o["stable"], batch=ctx.batch,
+                      temperature=temperature)
+  unk = (lambda v: v) if dims else (lambda v: v[0])
+  stats = ContrastiveStats(
+      z_loss=jnp.sum(w * z), lse_row=unk(terms[0][1]),
+      lse_col=unk(terms[1][1]) if len(terms) > 1 else None,
+      matryoshka_losses=per_dim if dims else None)
+  return loss, stats
+
+
+def pair_head(ctx: Ctx, towers, *, two_sided: bool) -> Head:
+  """CLIP (two_sided: rows and columns) and LiT (rows): one block, diagonal excluded;
+  the positive joins in the log domain. C = B candidates per softmax."""
+  x, y = towers
+  lse_row, lse_col = ctx.block(x, y, two_sided=two_sided, exclude_self=True)
+  cross = lambda: jnp.sum(ctx.tower_sum(x) * ctx.tower_sum(y), axis=-1)   # <sum x, sum y>
+  return Head([lse_row, lse_col] if two_sided else [lse_row], ctx.sims(x, y), ctx.batch - 1,
+              cross)
+
+
+def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], name: str,
+               doc: str) -> Callable[_P, jax.Array]:
+  """The loss function of a ``*_with_stats`` one: same signature, the loss alone."""
+
+  @functools.wraps(with_stats)
+  def loss(*args: _P.args, **kwargs: _P.kwargs) -> jax.Array:
+    return with_stats(*args, **kwargs)[0]
+
+  loss.__name__ = loss.__qualname__ = name
+  loss.__doc__ = doc
+  loss.__signature__ = inspect.signature(with_stats).replace(return_annotation="jax.Array")
+  return loss
+
+
+def _tower(v: jax.Array, dims) -> Tower:
+  v32 = v.astype(jnp.float32)
+  tab = None if dims is None else _inverse_norms(v32, dims)
+  return Tower(v, v32, tab)
+
+
+def _segments(dims, v):
+  """Per-segment sums of ``v`` [..., D] over the features [m_{k-1}, m_k), cumulated
+  into prefix sums: [K, ...]."""
+  segs = [jnp.sum(v[..., lo:hi], axis=-1) for lo, hi in zip((0,) + dims[:-1], dims)]
+  return jnp.cumsum(jnp.stack(segs), axis=0)
+
+
+def _inverse_norms(v32, dims):
+  """[K, ...] a_k = 1 / max(||v[:m_k]||, 1e-12), differentiable (the renormalization's
+  Jacobian then comes from autodiff through these tables; docs/math.md §8.2)."""
+  sq = _segments(dims, v32 * v32)
+  big = sq > 1e-24
+  return jnp.where(big, lax.rsqrt(jnp.where(big, sq, 1.0)), 1e12)
+
+
+def _prefix_dots(a: Tower, b: Tower, dims, eq: str) -> jax.Array:
+  """[K, ...] <a, b> over each prefix, times both tables (the prefix cosines)."""
+  if dims is None:
+    return jnp.einsum(eq, a.v32, b.v32, precision=lax.Precision.HIGHEST)[None]
+  prods = [jnp.einsum(eq, a.v32[..., lo:hi], b.v32[..., lo:hi], precision=lax.Precision.HIGHEST)
+           for lo, hi in zip((0,) + dims[:-1], dims)]
+  raw = jnp.cumsum(jnp.stack(prods), axis=0)
+  ta = a.tab.reshape(a.tab.shape + (1,) * (raw.ndim - a.tab.ndim))
+  tb = b.tab.reshape(b.tab.shape + (1,) * (raw.ndim - b.tab.ndim))
+  return raw * ta * tb
+
+
+def _prefix_mask(dims, d):
+  return (jnp.arange(d)[None, :] < jnp.asarray(dims)[:, None]).astype(jnp.float32)
+
+
+def _is_zero(v) -> bool:
+  """A Python 0.0 switches an optional term off; arrays always keep it."""
+  return isinstance(v, float) and v == 0.0
+

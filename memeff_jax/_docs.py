@@ -1,0 +1,77 @@
+"""Docstring pieces of the public losses: every option is documented here, once, and
+each loss's ``Args:`` section is assembled from its signature (``args``)."""
+
+from __future__ import annotations
+
+import inspect
+import textwrap
+
+OPTIONS = {
+    "temperature": """float > 0 or a traced 0-d float array (learnable: it gets a
+      gradient, and a new value never recompiles). Default 0.07.""",
+    "margin": """>= 0 (float or 0-d array), raw-cosine units: an entry of row i is
+      dropped as a presumed false negative iff its similarity exceeds
+      s(q_i, d_i) + margin, with row i's threshold on every group (docs/math.md §6).
+      For unit-norm inputs margin >= 2 disables the mask. Default 0.1.""",
+    "use_qq_negatives": """add the other queries to row i's candidates (q-q block).""",
+    "use_dd_negatives": """add the other documents, compared with d_i, to row i's
+      candidates (d-d block).""",
+    "normalized_inputs": """skip the L2 normalization (done in the input dtype
+      otherwise). Matryoshka prefixes are renormalized either way.""",
+    "stable": """multiply the whole gradient (the temperature's too) by sqrt(B t), B
+      the global batch, t held constant in the factor; the value is unchanged. Default
+      True, as in memeff; ``stable=False`` gives ``jax.grad`` of the value
+      (docs/math.md §7.5).""",
+    "tau_plus": """debiasing prior in [0, 1) (Chuang et al.); a Python 0.0 is the
+      plain loss; a [batch] array gives per-row priors and always debiases
+      (docs/math.md §7.1).""",
+    "label_smoothing": """in [0, 1): ``F.cross_entropy``'s smoothed targets over the
+      softmax's nominal candidates (docs/math.md §7.2).""",
+    "lse_square_scale": """z-loss weight >= 0: adds ``lse_square_scale * mean(lse^2)``,
+      lse the natural log of each softmax's denominator (docs/math.md §7.3).""",
+    "matryoshka_dims": """fused Matryoshka: strictly increasing positive ints ending
+      at the feature size d (any ladder, e.g. (64, 128, 256, 512) or (16, 72, 200)).
+      The loss becomes ``sum_k w_k L_k``, L_k this loss on the renormalized first
+      m_k features (every prefix renormalized, the last too), every option applied
+      per dim, in one pass over the features (docs/math.md §8). None: off.""",
+    "matryoshka_weights": """one float per Matryoshka dim (default 1.0 each; not
+      normalized). Needs ``matryoshka_dims``.""",
+    "axis_name": """inside ``jax.shard_map``: the mesh axis (or tuple of axes) the
+      batch is sharded over. The arrays are this device's contiguous shard; every
+      device returns the global loss, and the gradients are the local rows of the
+      global loss's gradient (docs/math.md §9). :func:`memeff_jax.sharded` does this
+      for global arrays.""",
+    "backend": """"auto" (Triton on a GPU where jax-triton imports, else blockwise),
+      "triton", "interpret" (the Triton kernels under Triton's CPU interpreter),
+      "blockwise" (pure JAX, any platform) or "reference" (dense, O(B^2) memory).""",
+    "deterministic": """accepted for memeff parity: every backend is deterministic
+      already (no atomics, fixed reduction orders).""",
+    "config": """optional :class:`memeff_jax.KernelConfig` (tiles, precision of fp32
+      dots); None picks :func:`memeff_jax.default_config`.""",
+}
+
+
+def args(fn, arrays: dict[str, str]) -> str:
+  """The ``Args:`` section of ``fn``: its arrays (docs given here), then each keyword
+  option, documented in OPTIONS, in signature order."""
+  lines = ["Args:"]
+  for name in inspect.signature(fn).parameters:
+    doc = arrays[name] if name in arrays else OPTIONS[name]
+    lines.append(f"  {name}: " + textwrap.dedent("      " + doc).strip().replace(
+        "\n", "\n    "))
+  return "\n".join(lines)
+
+
+RAISES = """Raises:
+  ValueError: bad shapes, Python numbers out of range (``temperature <= 0``,
+    ``tau_plus``, ``label_smoothing``, ``lse_square_scale``, ``margin``), bad
+    ``matryoshka_dims`` / ``matryoshka_weights``, an unknown backend or an unbound
+    ``axis_name``.
+  TypeError: non-floating or mismatched dtypes, non-bool flags."""
+
+RETURNS = """Returns:
+  float32 scalar: the mean loss (with ``matryoshka_dims``, the weighted sum over the
+  dims), smoothing and z-loss included."""
+
+STATS = """Returns ``(loss, stats)``: the loss of :func:`{name}` and its
+:class:`memeff_jax.ContrastiveStats` (z-loss, log-normalizers, per-dim Matryoshka losses)."""

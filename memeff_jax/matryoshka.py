@@ -1,0 +1,77 @@
+"""The eager Matryoshka wrapper: any loss, summed over prefixes of its feature arrays.
+
+Fused Matryoshka (one pass over the features for all dims) is the
+``matryoshka_dims=`` option of every loss; this wrapper is for losses that lack it
+(your own, or a ``sharded`` one) and for checking the fused losses.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import jax
+
+from memeff_jax._validation import check_dims, check_weights
+
+
+def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
+               weights: Sequence[float] | None = None) -> Callable[..., jax.Array]:
+  r"""Eager Matryoshka: ``sum_k w_k loss_fn(features[..., :m_k])`` (docs/math.md §8.3).
+
+  .. math::
+    L = \sum_k w_k \, \mathrm{loss\_fn}(x_{:, :m_k}, y_{:, :m_k}, \ldots)
+
+  Every feature array is sliced to its first ``m_k`` features: the positional arrays
+  of rank >= 2 and ``hard_negatives=`` when passed by keyword. Everything else passes
+  through unchanged, a per-row ``tau_plus`` included (it is never sliced). The base
+  loss normalizes each raw slice itself, so ``normalized_inputs=True`` is refused:
+  then the value equals the fused ``matryoshka_dims`` loss in exact math. It calls
+  the loss K times (K passes over the batch); it works around any loss, the ring
+  (``axis_name=`` or :func:`memeff_jax.sharded`) included.
+
+  Args:
+    loss_fn: a loss taking feature arrays ``[batch, d]`` (and ``[batch, k, d]``).
+    dims: strictly increasing positive ints; ``dims[-1]`` at most d (the features
+      past it get no gradient).
+    weights: one finite float per dim (default 1.0 each; not normalized).
+
+  Returns:
+    A function with ``loss_fn``'s arguments returning the float32 weighted sum.
+
+  Raises:
+    ValueError: empty, non-increasing or non-positive ``dims``; ``dims[-1] > d``
+      (when called); ``weights`` of the wrong length or non-finite;
+      ``normalized_inputs=True``.
+    TypeError: non-int dims, non-number weights.
+
+  References:
+    Kusupati et al., `Matryoshka Representation Learning
+    <https://arxiv.org/abs/2205.13147>`_, 2022.
+
+  Examples:
+    >>> import jax, jax.numpy as jnp
+    >>> import memeff_jax as mj
+    >>> x, y = jax.random.normal(jax.random.key(0), (2, 8, 16))
+    >>> eager = mj.matryoshka(mj.clip_loss, dims=(4, 16))(x, y, backend="blockwise")
+    >>> fused = mj.clip_loss(x, y, matryoshka_dims=(4, 16), backend="blockwise")
+    >>> bool(jnp.allclose(eager, fused, rtol=1e-4))
+    True
+  """
+  dims = check_dims("dims", dims)
+  weights = check_weights("weights", weights, len(dims))
+
+  def loss(*features, **kwargs):
+    if kwargs.get("normalized_inputs", False):
+      raise ValueError("matryoshka needs normalized_inputs=False: the base loss "
+                       "renormalizes every prefix slice itself")
+    check_dims("dims", dims, features[0].shape[-1])
+    total = 0.0
+    for m, w in zip(dims, weights):
+      cut = lambda f: f[..., :m] if getattr(f, "ndim", 0) >= 2 else f
+      kw = dict(kwargs)
+      if kw.get("hard_negatives") is not None:
+        kw["hard_negatives"] = cut(kw["hard_negatives"])
+      total = total + w * loss_fn(*[cut(f) for f in features], **kw)
+    return total
+
+  return loss
