@@ -52,11 +52,13 @@ def dense(x, y, two_sided, temperature=0.07):
   return loss
 
 
-def jax_step(name, provider, config=None):
+def jax_step(name, provider, config=None, d=None):
   """jit(value_and_grad) of one provider: a backend name, "reference" (our dense
   reference with every option), "dense" (the plain dense XLA CLIP/LiT), or "ring1"
   (the triton backend through the ring on a one-device mesh: its overhead)."""
   fn, ref, _, argnums, kw, _ = LOSSES[name]
+  fn, ref = _with_ladder(fn, kw, d), _with_ladder(ref, kw, d)
+  kw = {}
   if provider == "dense":
     if name not in ("clip", "lit"):
       raise ValueError("the plain dense provider covers clip and lit")
@@ -77,7 +79,7 @@ def bench_jax(writer, name, provider, b, d, dtype, reps, config=None, label=None
 
   def body():
     args = inputs(name, b, d, dtype)
-    step = jax_step(name, provider, config)
+    step = jax_step(name, provider, config, d)
     r.extra_gib = compiled_extra_gib(step, *args)
     times = time_jax(step, *args, reps=reps, warmup=1 if b >= 262144 else 2)
     val = float(step(*args)[0])
@@ -92,14 +94,23 @@ def bench_memeff(writer, name, b, d, reps):
   import torch  # pylint: disable=g-import-not-at-top
   import memeff  # pylint: disable=g-import-not-at-top
   r = Result(name, "memeff", b, d, "bfloat16")
-  kw = LOSSES[name][4]
+  kw = dict(LOSSES[name][4])
+  base = name.replace("_mrl", "").replace("_eager", "")
   cls = {"clip": memeff.MemoryEfficientCLIPLoss, "lit": memeff.MemoryEfficientLiTLoss,
          "qwen3": memeff.MemoryEfficientQwen3Loss, "qwen3_qqdd": memeff.MemoryEfficientQwen3Loss,
          "qwen3_k7": memeff.MemoryEfficientQwen3Loss,
-         "lit_qwen3": memeff.MemoryEfficientLiTQwen3Loss}[name]
+         "lit_qwen3": memeff.MemoryEfficientLiTQwen3Loss}[base]
+  mrl_cls = {"clip": "MemoryEfficientMatryoshkaCLIPLoss", "lit": "MemoryEfficientMatryoshkaLiTLoss",
+             "qwen3": "MemoryEfficientMatryoshkaQwen3Loss",
+             "lit_qwen3": "MemoryEfficientMatryoshkaLiTQwen3Loss"}.get(base)
 
   def body():
-    loss_fn = cls(temperature=0.07, **kw)
+    if kw.pop("matryoshka_eager", None):   # memeff's eager wrapper
+      loss_fn = memeff.MatryoshkaLoss(cls(temperature=0.07, **kw), dims=ladder(d))
+    elif kw.pop("matryoshka_dims", None):   # memeff's fused Matryoshka loss
+      loss_fn = getattr(memeff, mrl_cls)(dims=ladder(d), temperature=0.07, **kw)
+    else:
+      loss_fn = cls(temperature=0.07, **kw)
     g = torch.Generator(device="cuda").manual_seed(0)
     n = LOSSES[name][2]
     shapes = [(b, d), (b, d), (b, 7, d)][:n]

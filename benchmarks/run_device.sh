@@ -2,13 +2,15 @@
 # One packed device call, logs and CSVs in $OUT. Stages (pick with STAGES, default all):
 #   tests    the GPU tests, in 4 parallel pytest processes (compiling is the slow part)
 #   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
+#   mrl      Matryoshka (dims 64/128/256/512): fused per family, eager, plain, memeff's fused
+#            and eager, B = 65536, D = 512
 #   table    the README table: B x D for CLIP and LiT, every provider
 #   big      B = 1,048,576
 #   sweep    tile candidates of bench_configs.py
 #   source .gpu/setup.sh && STAGES="tests headline" bash benchmarks/run_device.sh
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-STAGES=${STAGES:-tests headline table big sweep}
+STAGES=${STAGES:-tests headline mrl table big sweep}
 export MEMEFF_TEST_GPU=1
 # memeff (the PyTorch baseline) needs a writable Triton cache dir.
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
@@ -40,6 +42,11 @@ for prov in triton memeff; do
   has headline && stage ${T_HEAD16:-60} python benchmarks/bench_losses.py --losses clip,lit \
     --batch 16384 --dims 512 --providers $prov$([ $prov = triton ] && echo ,dense) \
     --out "$OUT/headline16k_$prov.csv"
+done
+MRL_LOSSES=clip,clip_mrl,clip_mrl_eager,lit,lit_mrl,qwen3,qwen3_mrl,lit_qwen3,lit_qwen3_mrl
+for prov in triton memeff; do
+  has mrl && stage ${T_MRL:-240} python benchmarks/bench_losses.py --losses $MRL_LOSSES \
+    --batch 65536 --dims 512 --providers $prov --reps ${MRL_REPS:-10} --out "$OUT/mrl_$prov.csv"
 done
 for prov in triton,blockwise,dense,reference memeff; do
   has table && stage ${T_TABLE:-300} python benchmarks/bench_losses.py --losses clip,lit \

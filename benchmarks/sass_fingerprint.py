@@ -30,7 +30,10 @@ from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "i32", "*fp32", "*fp32"]
-TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "*fp32", "*fp32"]
+TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32", "*fp32", "*fp32"]
+TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 8 +
+                            ["i32", "i32", f"*{dt}", "*fp32"])
+MRL_SEGS = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-wide chunks
 BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS"]
 BWD_CASES = [(1, 1, 0, 0, 1, 0), (1, 0, 1, 0, 1, 1), (0, 1, 0, 1, 1, 0), (1, 1, 1, 1, 1, 1)]
 
@@ -75,7 +78,15 @@ def variants():
       yield (f"tile fwd {dt} {d} thr={thr} excl={excl} two={two}", _tile_lse_fwd_kernel,
              [f"*{dt}"] * 2 + TILE_FWD_ARGS,
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), ROW_THR=thr,
-                  EXCLUDE_SELF=excl, TWO_SIDED=two, PRECISION="tf32"), w, st)
+                  EXCLUDE_SELF=excl, TWO_SIDED=two, PRECISION="tf32", K=1, SEGS=-(-d // bk),
+                  HAS_TAB=False), w, st)
+  # Matryoshka, dims (64, 128, 256, 512): one feature walk, an epilogue per dim.
+  for thr, two in itertools.product(flags, flags):
+    yield (f"mrl tile fwd bf16 512 thr={thr} two={two}", _tile_lse_fwd_kernel,
+           ["*bf16"] * 2 + TILE_FWD_ARGS,
+           dict(D=512, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
+                EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32", K=4, SEGS=MRL_SEGS,
+                HAS_TAB=True), 8, 3)
   for dt, d, (bm, bn, w, st), num_d, block_do in [
       ("bf16", 512, (64, 64, 8, 2), 1, 512), ("bf16", 128, (128, 64, 8, 3), 1, 128),
       ("fp32", 1152, (64, 64, 8, 3), 18, 128)]:
@@ -89,10 +100,15 @@ def variants():
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:
     for case in BWD_CASES:
-      yield (f"tile bwd {dt} {d} {case}", _tile_coef_bwd_kernel,
-             [f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 6 + ["i32", "i32", f"*{dt}", "*fp32"],
+      yield (f"tile bwd {dt} {d} {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS(dt),
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), PRECISION="tf32",
+                  K=1, SEGS=-(-d // bk), HAS_TAB=False,
                   **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+  for case in BWD_CASES:
+    yield (f"mrl tile bwd bf16 512 {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS("bf16"),
+           dict(D=512, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, NUM_K=8, PRECISION="tf32", K=4,
+                SEGS=MRL_SEGS, HAS_TAB=True, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
+           4, 4)
 
 
 def main():

@@ -134,3 +134,59 @@ def test_triton_does_not_recompile():
   for t in (0.07, 0.3, 0.01):
     step(x, jnp.float32(t))
   assert step._cache_size() == 1
+
+
+MRL_CASES = [(1, 16, (16,)), (300, 72, (8, 40, 72)), (2085, 512, (64, 128, 256, 512)),
+             (700, 1152, (96, 384, 1152))]
+
+
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("b,d,dims", MRL_CASES)
+def test_matryoshka_triton(family, dtype, b, d, dims):
+  # Fused Matryoshka on the tiled kernels (ragged ladders padded per segment) against
+  # the float64 fused reference, every option on.
+  fn, ref, kw = {
+      "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
+      "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),
+      "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
+                dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05)),
+      "lit_qwen3": (mj.lit_qwen3_loss, reference.lit_qwen3_loss_with_stats,
+                    dict(use_qq_negatives=True, margin=0.05))}[family]
+  arrays = (qwen3_batch(b, b, d, 3, dtype) if "qwen3" in family else
+            features(b + d, [(b, d), (b, d)], dtype))
+  weights = tuple(np.linspace(0.5, 1.5, len(dims)))
+  opts = dict(tau_plus=0.05 if b % 2 else 0.0, label_smoothing=0.1, lse_square_scale=1e-3)
+  compare(lambda *a, **k: fn(*a, backend="triton", config=_cfg(d, dtype), matryoshka_dims=dims,
+                             matryoshka_weights=weights, **kw, **k),
+          lambda *a, **k: reference.matryoshka_fused_with_stats(
+              ref, *a, dims=dims, weights=weights, **kw, **k)[0],
+          arrays, dtype=dtype, **opts)
+
+
+@pytest.mark.parametrize("loss", ["clip", "qwen3"])
+def test_matryoshka_deterministic(loss):
+  b, d, dims = 8192 + 37, 512, (64, 128, 256, 512)
+  x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
+  kw = dict(backend="triton", matryoshka_dims=dims)
+  fn = {"clip": lambda x, y: mj.clip_loss(x, y, **kw),
+        "qwen3": lambda x, y: mj.qwen3_loss(x, y, use_qq_negatives=True, **kw)}[loss]
+  step = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))
+  runs = [jax.tree.map(np.asarray, step(x, y)) for _ in range(3)]
+  for r in runs[1:]:
+    for a, b_ in zip(jax.tree.leaves(r), jax.tree.leaves(runs[0])):
+      np.testing.assert_array_equal(a, b_)
+
+
+def test_matryoshka_one_device_ring_equals_plain():
+  x, y = features(4, [(1000, 128), (1000, 128)], jnp.bfloat16)
+  kw = dict(backend="triton", matryoshka_dims=(32, 64, 128))
+  mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
+  ring = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name, **kw),
+                    mesh, "batch")
+  got = jax.jit(jax.value_and_grad(ring, argnums=(0, 1)))(x, y)
+  want = jax.jit(jax.value_and_grad(lambda a, b: mj.clip_loss(a, b, **kw), argnums=(0, 1)))(x, y)
+  np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+  for a, b in zip(got[1], want[1]):
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(b))))

@@ -144,14 +144,12 @@ def _tile_coef_bwd_kernel(
                            BLOCK_N, BLOCK_K, PRECISION)
   tail = zeros    # <x_i, y_j> over the features past dim k
   suffix = zeros  # C^k
-  for i in tl.static_range(K):
-    k: tl.constexpr = K - 1 - i
-    c_hi: tl.constexpr = (SEGS >> (16 * k)) & 0xFFFF         # dim k ends after chunk c_hi
-    c_top: tl.constexpr = (SEGS >> (16 * k + 16)) & 0xFFFF   # and dim k + 1 after c_top
+  for k in tl.static_range(K - 1, -1, -1):
     s = s_full
-    if i > 0:
-      tail = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, tail, c_hi, c_top, D, BLOCK_M,
-                             BLOCK_N, BLOCK_K, PRECISION)
+    if k < K - 1:   # add the chunks of dim k + 1 past dim k's end (constexpr bounds, inlined)
+      tail = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, tail, (SEGS >> (16 * k)) & 0xFFFF,
+                             (SEGS >> (16 * k + 16)) & 0xFFFF, D, BLOCK_M, BLOCK_N, BLOCK_K,
+                             PRECISION)
       s = s_full - tail
     if HAS_TAB:
       a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
@@ -168,7 +166,7 @@ def _tile_coef_bwd_kernel(
       coef_ab = coef * a[:, None] * b[None, :]
     else:
       coef_ab = coef
-    if i == 0:
+    if k == K - 1:
       suffix = coef_ab
     else:
       suffix = suffix + coef_ab

@@ -128,10 +128,10 @@ def _tile_lse_fwd_kernel(
   local = local0 + tl.arange(0, BLOCK_M)
   s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
   for k in tl.static_range(K):
-    c_lo: tl.constexpr = (SEGS << 16 >> (16 * k)) & 0xFFFF   # dim k's chunks [c_lo, c_hi)
-    c_hi: tl.constexpr = (SEGS >> (16 * k)) & 0xFFFF
-    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, s, c_lo, c_hi, D, BLOCK_M, BLOCK_N,
-                        BLOCK_K, PRECISION)
+    # dim k's chunks: [end of dim k - 1, end of dim k) (constexpr: inlined, an
+    # assignment would make them tensors)
+    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, s, (SEGS << 16 >> (16 * k)) & 0xFFFF,
+                        (SEGS >> (16 * k)) & 0xFFFF, D, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
     s_k = s
     if HAS_TAB:
       a = tl.load(xt_ptr + k * n + rows, mask=rows < n, other=0.0)

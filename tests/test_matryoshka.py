@@ -1,0 +1,264 @@
+"""Fused Matryoshka (``matryoshka_dims``) on every loss and backend against the float64
+reference (``reference.matryoshka_fused``), fused == eager in float64, ragged ladders,
+bf16, the ring, the stats, validation, and the eager wrapper ``memeff_jax.matryoshka``.
+
+The full product (family x option x ladder x backend) is marked ``slow``; a fixed
+sample of it, covering every family, option, ladder and backend, runs by default.
+"""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh
+
+import memeff_jax as mj
+from memeff_jax import reference
+from tests._check import compare, features
+from tests.test_qwen3 import batch as qwen3_batch
+
+FAMILIES = {
+    "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
+    "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),
+    "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
+              dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05)),
+    "lit_qwen3": (mj.lit_qwen3_loss, reference.lit_qwen3_loss_with_stats,
+                  dict(use_qq_negatives=True, margin=0.05)),
+}
+# (d, dims, weights): ragged ladders (no dim a multiple of 16), an aligned one with
+# weights, a single dim (the whole vector, renormalized again).
+LADDERS = {
+    "48": (48, (8, 24, 48), None),
+    "200": (200, (16, 72, 200), (0.5, 1.0, 2.0)),
+    "64": (64, (16, 32, 64), (1.0, 0.25, 1.0)),
+    "one": (40, (40,), None),
+}
+OPTIONS = {
+    "plain": {},
+    "tau": dict(tau_plus=0.1),
+    "tau_rows": dict(tau_plus="rows"),
+    "smoothing": dict(label_smoothing=0.1),
+    "zloss": dict(lse_square_scale=1e-2),
+    "normalized": dict(normalized_inputs=True),
+    "all": dict(tau_plus="rows", label_smoothing=0.05, lse_square_scale=1e-2, stable=False,
+                temperature=0.05),
+}
+BACKENDS = ["blockwise", "interpret"]
+
+
+def _arrays(family, b, d, dtype=jnp.float32, seed=0):
+  if "qwen3" in family:
+    q, doc, h = qwen3_batch(seed + d, b, d, 2, dtype)
+    return [q, doc, h]
+  return features(seed + d, [(b, d), (b, d)], dtype)
+
+
+def _opts(option, b):
+  opts = dict(OPTIONS[option])
+  if opts.get("tau_plus") == "rows":
+    opts["tau_plus"] = jnp.asarray(np.random.default_rng(b).uniform(0.0, 0.5, b), jnp.float32)
+  return opts
+
+
+def _fused(fn, dims, weights, **kw):
+  return lambda *a, **k: fn(*a, matryoshka_dims=dims, matryoshka_weights=weights, **kw, **k)
+
+
+def _ref(ref, dims, weights, **kw):
+  return lambda *a, **k: reference.matryoshka_fused_with_stats(
+      lambda *b, **c: ref(*b, **c), *a, dims=dims, weights=weights, **kw, **k)[0]
+
+
+def _check(family, option, ladder, backend, dtype=jnp.float32, b=21):
+  fn, ref, fam_kw = FAMILIES[family]
+  d, dims, weights = LADDERS[ladder]
+  opts = _opts(option, b)
+  t = opts.pop("temperature", 0.07)
+  arrays = _arrays(family, b, d, dtype)
+  if opts.get("normalized_inputs"):   # unit inputs; every prefix is renormalized anyway
+    arrays = [reference.normalize(a) for a in arrays]
+  compare(_fused(fn, dims, weights, backend=backend, **fam_kw),
+          _ref(ref, dims, weights, **fam_kw), arrays, temperature=t, dtype=dtype, **opts)
+
+
+def _product():
+  """Every (family, option, ladder, backend); a fixed ~1/6 of them run by default, chosen
+  so that each family, option, ladder and backend appears."""
+  cases = list(itertools.product(FAMILIES, OPTIONS, LADDERS, BACKENDS))
+  out = []
+  for i, case in enumerate(cases):
+    fast = i % 6 == 0 or (case[1] == "all" and case[2] == "48")
+    out.append(case if fast else pytest.param(*case, marks=pytest.mark.slow))
+  return out
+
+
+@pytest.mark.parametrize("family,option,ladder,backend", _product())
+def test_fused_vs_reference(family, option, ladder, backend):
+  _check(family, option, ladder, backend)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_bf16(family, backend):
+  _check(family, "smoothing", "64", backend, dtype=jnp.bfloat16, b=40)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("path", ["tiled", "default"])
+def test_interpret_several_tiles_and_slabs(family, path):
+  # Batches spanning several row and column tiles and, with 1 KiB slabs, several slabs;
+  # the ladder (16, 72, 200) is padded to 16-feature chunks.
+  fn, ref, fam_kw = FAMILIES[family]
+  b, (d, dims, weights) = 70, LADDERS["200"]
+  cfg = mj.default_config(d, jnp.float32, interpret=True)
+  if path == "tiled":
+    from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
+    cfg = kernel_path_config("tiled", d, jnp.float32)
+  compare(_fused(fn, dims, weights, backend="interpret", config=cfg, **fam_kw),
+          _ref(ref, dims, weights, **fam_kw), _arrays(family, b, d), tau_plus=0.1,
+          label_smoothing=0.1, lse_square_scale=1e-3)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fused_equals_eager_in_float64(family):
+  # Fused renormalizes the unit vectors' prefixes; eager normalizes the raw prefixes:
+  # the same numbers in exact math, so equal to ~1e-12 in float64 (values and grads).
+  fn, _, fam_kw = FAMILIES[family]
+  d, dims, weights = LADDERS["200"]
+  kw = dict(fam_kw, backend="blockwise", tau_plus=0.1, label_smoothing=0.1,
+            lse_square_scale=1e-2)
+  with jax.enable_x64(True):
+    arrays = [jnp.asarray(np.asarray(a, np.float64)) for a in _arrays(family, 13, d)]
+    argnums = tuple(range(len(arrays)))
+    fused = jax.value_and_grad(lambda *a: fn(*a, matryoshka_dims=dims,
+                                             matryoshka_weights=weights, **kw),
+                               argnums=argnums)(*arrays)
+    eager = jax.value_and_grad(lambda *a: mj.matryoshka(fn, dims, weights)(*a, **kw),
+                               argnums=argnums)(*arrays)
+  np.testing.assert_allclose(fused[0], eager[0], rtol=1e-5)
+  for a, b in zip(fused[1], eager[1]):
+    np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b)) + 1e-30))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_stats(backend):
+  d, dims, weights = LADDERS["64"]
+  x, y = features(3, [(17, d), (17, d)], jnp.float32)
+  kw = dict(tau_plus=0.1, lse_square_scale=1e-2, label_smoothing=0.1)
+  loss, st = mj.clip_loss_with_stats(x, y, matryoshka_dims=dims, matryoshka_weights=weights,
+                                     backend=backend, **kw)
+  per_dim = [reference.clip_loss_with_stats(*[reference.normalize(reference.normalize(v)[:, :m])
+                                              for v in (x, y)], **kw) for m in dims]
+  np.testing.assert_allclose(st.matryoshka_losses, [l for l, _ in per_dim], rtol=2e-5)
+  np.testing.assert_allclose(loss, np.dot(weights, st.matryoshka_losses), rtol=2e-6)
+  np.testing.assert_allclose(st.z_loss, np.dot(weights, [s.z_loss for _, s in per_dim]),
+                             rtol=2e-5)
+  assert st.lse_row.shape == st.lse_col.shape == (len(dims), 17)
+  np.testing.assert_allclose(st.lse_col, np.stack([s.lse_col for _, s in per_dim]), rtol=2e-5)
+  assert mj.clip_loss_with_stats(x, y, backend=backend)[1].matryoshka_losses is None
+
+
+def _mesh(n):
+  return Mesh(np.array(jax.devices()[:n]), ("batch",))
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("n_dev,backend", [(1, "blockwise"), (2, "blockwise"), (4, "blockwise"),
+                                           (8, "blockwise"), (2, "interpret")])
+def test_ring(family, n_dev, backend):
+  # The travelling block carries its prefix tables; every device's loss and the
+  # gradients equal one device's.
+  fn, _, fam_kw = FAMILIES[family]
+  d, dims, weights = LADDERS["48"]
+  arrays = _arrays(family, 24, d)
+  tau = jnp.asarray(np.random.default_rng(1).uniform(0.0, 0.4, 24), jnp.float32)
+  kw = dict(fam_kw, backend=backend, matryoshka_dims=dims, matryoshka_weights=weights,
+            label_smoothing=0.1, lse_square_scale=1e-2)
+  ring = mj.sharded(lambda *a, tau_plus, axis_name: fn(*a, tau_plus=tau_plus,
+                                                       axis_name=axis_name, **kw),
+                    _mesh(n_dev), "batch")
+  argnums = tuple(range(len(arrays)))
+  got = jax.jit(jax.value_and_grad(lambda *a: ring(*a, tau_plus=tau), argnums=argnums))(*arrays)
+  want = jax.jit(jax.value_and_grad(lambda *a: fn(*a, tau_plus=tau, **kw),
+                                    argnums=argnums))(*arrays)
+  np.testing.assert_allclose(got[0], want[0], rtol=2e-6)
+  for a, b in zip(got[1], want[1]):
+    np.testing.assert_allclose(a, b, rtol=0, atol=2e-5 * float(np.max(np.abs(b)) + 1e-30))
+
+
+@pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_qwen3_loss])
+@pytest.mark.parametrize("kwargs,err,pattern", [
+    (dict(matryoshka_dims=()), ValueError, "matryoshka_dims must not be empty"),
+    (dict(matryoshka_dims=(4, 4, 8)), ValueError, "matryoshka_dims must be strictly increasing"),
+    (dict(matryoshka_dims=(4, 2, 8)), ValueError, "matryoshka_dims must be strictly increasing"),
+    (dict(matryoshka_dims=(0, 8)), ValueError, "matryoshka_dims must be strictly increasing "
+     "positive"),
+    (dict(matryoshka_dims=(-4, 8)), ValueError, "positive ints"),
+    (dict(matryoshka_dims=(2, 4)), ValueError, "matryoshka_dims must end at the feature size 8"),
+    (dict(matryoshka_dims=(4, 16)), ValueError, "must end at the feature size 8"),
+    (dict(matryoshka_dims=(4.0, 8)), TypeError, "matryoshka_dims must hold ints"),
+    (dict(matryoshka_dims=8), TypeError, "matryoshka_dims must be a sequence"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0,)), ValueError,
+     "matryoshka_weights must have one entry per dim \\(2\\), got 1"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("nan"))), ValueError,
+     "matryoshka_weights must be finite"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("inf"))), ValueError,
+     "matryoshka_weights must be finite"),
+    (dict(matryoshka_weights=(1.0,)), ValueError, "matryoshka_weights needs matryoshka_dims"),
+])
+def test_validation(fn, kwargs, err, pattern):
+  x = jnp.ones((4, 8), jnp.float32)
+  with pytest.raises(err, match=pattern):
+    fn(x, x, backend="blockwise", **kwargs)
+  with pytest.raises(err, match=pattern):   # at trace time, under jit
+    jax.jit(lambda a: fn(a, a, backend="blockwise", **kwargs)).lower(x)
+
+
+def test_eager_validation():
+  x = jnp.ones((4, 8), jnp.float32)
+  for dims, weights, err, pattern in [
+      ((), None, ValueError, "dims must not be empty"),
+      ((4, 2), None, ValueError, "dims must be strictly increasing"),
+      ((0, 4), None, ValueError, "positive"),
+      ((2, 4), (1.0,), ValueError, "weights must have one entry per dim"),
+      ((2, 4), (1.0, float("nan")), ValueError, "weights must be finite")]:
+    with pytest.raises(err, match=pattern):
+      mj.matryoshka(mj.clip_loss, dims, weights)
+  with pytest.raises(ValueError, match="dims must not exceed the feature size 8"):
+    mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
+  with pytest.raises(ValueError, match="normalized_inputs=False"):
+    mj.matryoshka(mj.clip_loss, (4, 8))(x, x, normalized_inputs=True, backend="blockwise")
+
+
+def test_eager_slices_hard_negatives_by_keyword_and_not_tau():
+  # memeff's two pitfalls: hard negatives passed by keyword were not sliced, a per-row
+  # tau passed positionally was. Here: keyword hard negatives are sliced, tau never.
+  q, doc, h = qwen3_batch(0, 12, 24, 3)
+  tau = jnp.linspace(0.0, 0.3, 12)
+  dims = (8, 24)
+  kw = dict(backend="blockwise", use_qq_negatives=True, tau_plus=tau)
+  got = mj.matryoshka(mj.qwen3_loss, dims)(q, doc, hard_negatives=h, **kw)
+  want = sum(reference.qwen3_loss(q[:, :m], doc[:, :m], h[..., :m], use_qq_negatives=True,
+                                  tau_plus=tau) for m in dims)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_eager_around_sharded_and_prefix_of_d():
+  # The eager wrapper around the ring; dims[-1] < d leaves the tail without gradient.
+  x, y = features(5, [(16, 24), (16, 24)], jnp.float32)
+  ring = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name,
+                                                         backend="blockwise"), _mesh(4), "batch")
+  f = mj.matryoshka(ring, (8, 16))
+  got, g = jax.jit(jax.value_and_grad(f))(x, y)
+  want = sum(reference.clip_loss(x[:, :m], y[:, :m]) for m in (8, 16))
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  np.testing.assert_array_equal(g[:, 16:], 0.0)
+
+
+def test_matryoshka_weights_scale_linearly():
+  x, y = features(6, [(9, 16), (9, 16)], jnp.float32)
+  f = lambda w: mj.clip_loss(x, y, matryoshka_dims=(4, 16), matryoshka_weights=w,
+                             backend="blockwise")
+  np.testing.assert_allclose(f((2.0, 0.0)) + f((0.0, 3.0)), f((2.0, 3.0)), rtol=1e-5)
