@@ -33,6 +33,29 @@ LOSSES = {
 }
 
 
+# Matryoshka, dims (d/8, d/4, d/2, d): fused (one pass over the features for every dim)
+# and eager (memeff_jax.matryoshka: one whole loss per dim). Flop counts: the plain ones.
+for _name in ("clip", "lit", "qwen3", "lit_qwen3"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  LOSSES[f"{_name}_mrl"] = (_fn, _ref, _n, _arg, dict(_kw, matryoshka_dims="ladder"), _g)
+LOSSES["clip_mrl_eager"] = (mj.clip_loss, mj.reference.clip_loss, 2, (0, 1),
+                            dict(matryoshka_eager="ladder"), 5)
+
+
+def ladder(d):
+  return (d // 8, d // 4, d // 2, d)
+
+
+def _with_ladder(fn, kw, d):
+  """The loss with its keywords bound, Matryoshka resolved for feature size d."""
+  kw = dict(kw)
+  if kw.pop("matryoshka_eager", None):
+    return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
+  if kw.get("matryoshka_dims") == "ladder":
+    kw["matryoshka_dims"] = ladder(d)
+  return lambda *a, **k: fn(*a, **k, **kw)
+
+
 def inputs(name, b, d, dtype, seed=0):
   n = LOSSES[name][2]
   keys = jax.random.split(jax.random.key(seed), n)

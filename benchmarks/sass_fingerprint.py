@@ -84,7 +84,7 @@ def variants():
   for thr, two in itertools.product(flags, flags):
     yield (f"mrl tile fwd bf16 512 thr={thr} two={two}", _tile_lse_fwd_kernel,
            ["*bf16"] * 2 + TILE_FWD_ARGS,
-           dict(D=512, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
+           dict(D=512, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
                 EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32", K=4, SEGS=MRL_SEGS,
                 HAS_TAB=True), 8, 3)
   for dt, d, (bm, bn, w, st), num_d, block_do in [
@@ -108,7 +108,7 @@ def variants():
     yield (f"mrl tile bwd bf16 512 {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS("bf16"),
            dict(D=512, BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, NUM_K=8, PRECISION="tf32", K=4,
                 SEGS=MRL_SEGS, HAS_TAB=True, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
-           4, 4)
+           8, 3)
 
 
 def main():

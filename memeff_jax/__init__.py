@@ -2,12 +2,14 @@
 
 from memeff_jax import reference
 from memeff_jax._terms import ContrastiveStats
+from memeff_jax._version import __version__
 from memeff_jax.clip import clip_loss
 from memeff_jax.clip import clip_loss_with_stats
 from memeff_jax.config import KernelConfig
 from memeff_jax.config import default_config
 from memeff_jax.lit import lit_loss
 from memeff_jax.lit import lit_loss_with_stats
+from memeff_jax.matryoshka import matryoshka
 from memeff_jax.qwen3 import lit_qwen3_loss
 from memeff_jax.qwen3 import lit_qwen3_loss_with_stats
 from memeff_jax.qwen3 import qwen3_loss
@@ -17,6 +19,7 @@ from memeff_jax.ring import sharded
 __all__ = [
     "ContrastiveStats",
     "KernelConfig",
+    "__version__",
     "clip_loss",
     "clip_loss_with_stats",
     "default_config",
@@ -24,6 +27,7 @@ __all__ = [
     "lit_loss_with_stats",
     "lit_qwen3_loss",
     "lit_qwen3_loss_with_stats",
+    "matryoshka",
     "qwen3_loss",
     "qwen3_loss_with_stats",
     "reference",

@@ -150,14 +150,25 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   return cfg
 
 
-def matryoshka_config(cfg: KernelConfig, itemsize: int,
-                      smem_kib: int | None = None) -> KernelConfig:
+def matryoshka_config(cfg: KernelConfig, itemsize: int, smem_kib: int | None = None, *,
+                      retile: bool = True) -> KernelConfig:
   """The config of a Matryoshka block: both passes tiled (the kernels that walk the
-  feature chunks with one epilogue per dim), one chunk width for both. Passes that are
-  tiled already keep their tiles; others get the tiled tiles fitted to ``smem_kib``
-  (None: the H100's 227 KiB)."""
-  limit = ((smem_kib or 227) - 8) * 2**10
+  feature chunks with one epilogue per dim), one chunk width for both.
+
+  retile (the GPU defaults): tiles whose fp32 running tiles fit the registers with the
+  Matryoshka kernels' extra live tiles (the gradient keeps four: full dot, tail dot,
+  coefficient, suffix sum); 128 x 128 tiles spill (sm_90 compile: 255 registers and
+  700 spill stores in the gradient). Otherwise (a user's config, the interpreter) the
+  passes keep their tiles and only untiled ones are switched, fitted to ``smem_kib``
+  (None: the H100's 227 KiB).
+  """
   bk = 64 if itemsize < 4 else 32
+  if retile:
+    cfg = dataclasses.replace(
+        cfg, fwd_tiled=True, fwd_block_m=128, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=8,
+        fwd_num_stages=3, bwd_tiled=True, bwd_block_m=64, bwd_block_n=128, bwd_block_d=bk,
+        bwd_num_warps=8, bwd_num_stages=3)
+  limit = ((smem_kib or 227) - 8) * 2**10
   for pass_ in ("fwd", "bwd"):
     if not getattr(cfg, f"{pass_}_tiled"):
       chunk = min(bk, getattr(cfg, f"{pass_}_block_d"))

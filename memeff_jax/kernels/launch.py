@@ -416,7 +416,8 @@ class TritonBackend:
         d, dtype, interpret=self.interpret, smem_kib=smem)
     if spec.dims is None:
       return cfg, None
-    cfg = matryoshka_config(cfg, jnp.dtype(dtype).itemsize, smem)
+    cfg = matryoshka_config(cfg, jnp.dtype(dtype).itemsize, smem,
+                            retile=spec.config is None and not self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):

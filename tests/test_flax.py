@@ -1,0 +1,291 @@
+"""memeff_jax.nnx and memeff_jax.linen: the loss modules train with optax, their
+learnable temperature gets a gradient and moves, and each module's loss equals the
+functional loss at the module's temperature. Small shapes, blockwise backend only."""
+
+import math
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+flax = pytest.importorskip("flax")
+from flax import nnx  # noqa: E402  pylint: disable=g-import-not-at-top
+import flax.linen as nn  # noqa: E402  pylint: disable=g-import-not-at-top
+
+import memeff_jax as mj  # noqa: E402  pylint: disable=g-import-not-at-top
+from memeff_jax import _wrappers  # noqa: E402  pylint: disable=g-import-not-at-top
+from memeff_jax import linen as mlinen  # noqa: E402  pylint: disable=g-import-not-at-top
+from memeff_jax import nnx as mnnx  # noqa: E402  pylint: disable=g-import-not-at-top
+
+B, D, K = 8, 16, 2
+STEPS = 3
+
+# family -> (module name, *_with_stats function, number of arrays, non-default options).
+FAMILIES = {
+    "clip": ("CLIPLoss", mj.clip_loss_with_stats, 2,
+             dict(tau_plus=0.05, label_smoothing=0.1, lse_square_scale=1e-3)),
+    "lit": ("LiTLoss", mj.lit_loss_with_stats, 2, dict(label_smoothing=0.05, stable=False)),
+    "qwen3": ("Qwen3Loss", mj.qwen3_loss_with_stats, 3,
+              dict(margin=0.2, use_qq_negatives=True, use_dd_negatives=True)),
+    "lit_qwen3": ("LiTQwen3Loss", mj.lit_qwen3_loss_with_stats, 3,
+                  dict(use_qq_negatives=True, lse_square_scale=1e-3)),
+}
+FRAMEWORKS = ("nnx", "linen")
+
+
+def _data():
+  r = np.random.default_rng(0)
+  x = r.standard_normal((B, D))
+  y = x + 1.0 * r.standard_normal((B, D))
+  h = y[:, None] + r.standard_normal((B, K, D))
+  tau = r.uniform(0.0, 0.3, B)
+  return [jnp.asarray(v, jnp.float32) for v in (x, y, h, tau)]
+
+
+def _assert_tree_close(a, b, rtol=1e-6):
+  assert jax.tree.structure(a) == jax.tree.structure(b)
+  for u, v in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(u, v, rtol=rtol, atol=1e-7)
+
+
+# --- NNX ------------------------------------------------------------------------------
+
+
+class NnxModel(nnx.Module):
+  """A linear encoder per tower and the loss module holding the temperature."""
+
+  def __init__(self, loss: nnx.Module, *, rngs: nnx.Rngs):
+    self.x_proj = nnx.Linear(D, D, rngs=rngs)
+    self.y_proj = nnx.Linear(D, D, rngs=rngs)
+    self.loss = loss
+
+  def __call__(self, x, y, *rest):
+    return self.loss.with_stats(self.x_proj(x), self.y_proj(y), *[self.y_proj(h) for h in rest])
+
+
+@nnx.jit
+def _nnx_step(model, optimizer, arrays):
+  (loss, _), grads = nnx.value_and_grad(lambda m: m(*arrays), has_aux=True)(model)
+  optimizer.update(model, grads)
+  return loss, grads
+
+
+def _nnx_loss(family, **kw):
+  name, _, _, opts = FAMILIES[family]
+  return getattr(mnnx, name)(**dict(opts, backend="blockwise", **kw))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nnx_trains_the_temperature(family):
+  arrays = _data()[:FAMILIES[family][2]]
+  model = NnxModel(_nnx_loss(family), rngs=nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+  t0 = float(model.loss.current_temperature())
+  assert math.isclose(t0, 0.07, rel_tol=1e-6)
+  losses = []
+  for _ in range(STEPS):
+    loss, grads = _nnx_step(model, optimizer, arrays)
+    g = grads["loss"]["logit_scale"][...]
+    assert np.isfinite(g) and g != 0
+    losses.append(float(loss))
+  assert losses[-1] < losses[0]
+  assert abs(float(model.loss.current_temperature()) - t0) > 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_nnx_equals_function(family):
+  name, fn, n, opts = FAMILIES[family]
+  x, y, h, tau = _data()
+  arrays = [x, y, h][:n]
+  loss = getattr(mnnx, name)(temperature=0.1, **opts, backend="blockwise")
+  loss.logit_scale[...] = jnp.float32(math.log(1 / 0.08))   # as if trained
+
+  @nnx.jit
+  def run(loss, arrays, tau):
+    t = loss.current_temperature()
+    return (t, loss(*arrays), loss.with_stats(*arrays), loss(*arrays, tau_plus=tau),
+            fn(*arrays, temperature=t, **opts, backend="blockwise"),
+            fn(*arrays, temperature=t, **dict(opts, tau_plus=tau), backend="blockwise"))
+
+  t, value, (value_s, stats), value_tau, want, want_tau = run(loss, arrays, tau)
+  np.testing.assert_allclose(t, 0.08, rtol=1e-6)
+  np.testing.assert_allclose(value, want[0], rtol=1e-6)
+  np.testing.assert_allclose(value_s, want[0], rtol=1e-6)
+  _assert_tree_close(stats, want[1])
+  np.testing.assert_allclose(value_tau, want_tau[0], rtol=1e-6)
+
+
+def test_nnx_fixed_temperature():
+  x, y, _, _ = _data()
+  model = NnxModel(_nnx_loss("clip", temperature=0.05, learnable=False), rngs=nnx.Rngs(0))
+  assert not isinstance(model.loss.logit_scale, nnx.Param)
+  assert "logit_scale" not in nnx.state(model.loss, nnx.Param)
+  optimizer = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+  for _ in range(2):
+    _, grads = _nnx_step(model, optimizer, (x, y))
+  assert "loss" not in grads   # the loss module has no Param left to differentiate
+  np.testing.assert_allclose(model.loss.current_temperature(), 0.05, rtol=1e-6)
+
+
+def test_nnx_matryoshka_options_are_forwarded():
+  x, y, _, _ = _data()
+  loss = mnnx.CLIPLoss(matryoshka_dims=[8, 16], matryoshka_weights=[1.0, 0.5],
+                       backend="blockwise")
+  assert loss.matryoshka_dims == (8, 16)
+
+  @nnx.jit
+  def run(loss):
+    return loss(x, y), mj.clip_loss(x, y, temperature=loss.current_temperature(),
+                                    matryoshka_dims=(8, 16), matryoshka_weights=(1.0, 0.5),
+                                    backend="blockwise")
+
+  got, want = run(loss)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# --- Linen ----------------------------------------------------------------------------
+
+
+class LinenModel(nn.Module):
+  """A linear encoder per tower and the loss module as a submodule."""
+
+  loss: nn.Module
+
+  @nn.compact
+  def __call__(self, x, y, *rest):
+    x_proj, y_proj = nn.Dense(D, name="x_proj"), nn.Dense(D, name="y_proj")
+    return self.loss.with_stats(x_proj(x), y_proj(y), *[y_proj(h) for h in rest])
+
+
+def _linen_loss(family, **kw):
+  name, _, _, opts = FAMILIES[family]
+  return getattr(mlinen, name)(**dict(opts, backend="blockwise", **kw))
+
+
+def _linen_train(model, arrays, steps=STEPS):
+  params = jax.jit(model.init)(jax.random.key(0), *arrays)["params"]
+  tx = optax.adam(3e-2)
+  opt_state = tx.init(params)
+
+  @jax.jit
+  def step(params, opt_state):
+    (loss, _), grads = jax.value_and_grad(
+        lambda p: model.apply({"params": p}, *arrays), has_aux=True)(params)
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss, grads
+
+  history = []
+  for _ in range(steps):
+    params, opt_state, loss, grads = step(params, opt_state)
+    history.append((float(loss), grads))
+  return params, history
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_linen_trains_the_temperature(family):
+  arrays = _data()[:FAMILIES[family][2]]
+  loss_module = _linen_loss(family)
+  params, history = _linen_train(LinenModel(loss_module), arrays)
+  for _, grads in history:
+    g = grads["loss"]["logit_scale"]
+    assert np.isfinite(g) and g != 0
+  assert history[-1][0] < history[0][0]
+  t = loss_module.apply({"params": params["loss"]}, method="current_temperature")
+  assert abs(float(t) - 0.07) > 1e-4
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_linen_equals_function(family):
+  name, fn, n, opts = FAMILIES[family]
+  x, y, h, tau = _data()
+  arrays = [x, y, h][:n]
+  loss = getattr(mlinen, name)(temperature=0.1, **opts, backend="blockwise")
+  variables = {"params": {"logit_scale": jnp.float32(math.log(1 / 0.08))}}  # as if trained
+
+  @jax.jit
+  def run(variables, arrays, tau):
+    t = loss.apply(variables, method="current_temperature")
+    return (t, loss.apply(variables, *arrays),
+            loss.apply(variables, *arrays, method="with_stats"),
+            loss.apply(variables, *arrays, tau_plus=tau),
+            fn(*arrays, temperature=t, **opts, backend="blockwise"),
+            fn(*arrays, temperature=t, **dict(opts, tau_plus=tau), backend="blockwise"))
+
+  t, value, (value_s, stats), value_tau, want, want_tau = run(variables, arrays, tau)
+  np.testing.assert_allclose(t, 0.08, rtol=1e-6)
+  np.testing.assert_allclose(value, want[0], rtol=1e-6)
+  np.testing.assert_allclose(value_s, want[0], rtol=1e-6)
+  _assert_tree_close(stats, want[1])
+  np.testing.assert_allclose(value_tau, want_tau[0], rtol=1e-6)
+
+
+def test_linen_fixed_temperature():
+  x, y, _, _ = _data()
+  loss_module = _linen_loss("clip", temperature=0.05, learnable=False)
+  params, history = _linen_train(LinenModel(loss_module), (x, y), steps=2)
+  assert "loss" not in params   # no parameter at all: a constant
+  assert "loss" not in history[0][1]
+  np.testing.assert_allclose(loss_module.apply({}, method="current_temperature"), 0.05,
+                             rtol=1e-6)
+
+
+# --- both -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_bound_clamps(framework):
+  # Initialized past the bound (1/t = 200 > 100): the loss uses t = 1/100.
+  x, y, _, _ = _data()
+  kw = dict(temperature=0.005, backend="blockwise")
+  if framework == "nnx":
+    bounded, free = mnnx.CLIPLoss(**kw), mnnx.CLIPLoss(max_logit_scale=None, **kw)
+    value = nnx.jit(lambda m: (m.current_temperature(), m(x, y)))
+    (t, got), (t_free, _) = value(bounded), value(free)
+  else:
+    v = {"params": {"logit_scale": jnp.float32(math.log(200.0))}}
+    bounded, free = mlinen.CLIPLoss(**kw), mlinen.CLIPLoss(max_logit_scale=None, **kw)
+    t, got = bounded.apply(v, method="current_temperature"), bounded.apply(v, x, y)
+    t_free = free.apply(v, method="current_temperature")
+  np.testing.assert_allclose(t, 0.01, rtol=1e-6)
+  np.testing.assert_allclose(t_free, 0.005, rtol=1e-6)
+  # rtol: a loss of ~1e-8 (t = 0.01 separates this batch), jit vs eager fusion.
+  np.testing.assert_allclose(got, mj.clip_loss(x, y, temperature=t, backend="blockwise"),
+                             rtol=1e-5)
+  with pytest.raises(ValueError, match="max_logit_scale"):
+    (mnnx if framework == "nnx" else mlinen).CLIPLoss(max_logit_scale=0.0)
+
+
+def test_bound_gradient_only_brings_the_scale_back():
+  bound = 100.0
+  grad_t = lambda s: jax.vjp(lambda s: _wrappers.temperature_from_log_scale(s, bound), s)
+  below, above = jnp.float32(math.log(50.0)), jnp.float32(math.log(200.0))
+  t, vjp = grad_t(below)
+  np.testing.assert_allclose(vjp(jnp.float32(1.0))[0], -t, rtol=1e-6)   # dt/ds = -t
+  t, vjp = grad_t(above)
+  np.testing.assert_allclose(t, 1 / bound, rtol=1e-6)
+  # Above the bound: a descent step along -g must lower s, so g > 0 passes, g < 0 not.
+  assert vjp(jnp.float32(-1.0))[0] > 0      # dL/dt < 0 -> dL/ds = -t dL/dt > 0: passes
+  assert vjp(jnp.float32(1.0))[0] == 0      # would push s further up: blocked
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_bad_temperature(framework):
+  module = (mnnx if framework == "nnx" else mlinen).CLIPLoss
+  with pytest.raises(ValueError, match="temperature"):
+    module(temperature=0.0)
+  with pytest.raises(TypeError, match="temperature"):
+    module(temperature=jnp.float32(0.07))   # the initial value is a Python float
+
+
+def test_import_memeff_jax_does_not_import_flax():
+  code = ("import sys, memeff_jax, memeff_jax.classes; "
+          "bad = sorted(m for m in sys.modules if m == 'flax' or m.startswith('flax.')); "
+          "assert not bad, bad; print(memeff_jax.__version__)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=False)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip()
