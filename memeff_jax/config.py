@@ -157,8 +157,10 @@ def matryoshka_config(cfg: KernelConfig, itemsize: int, smem_kib: int | None = N
 
   retile (the GPU defaults): tiles whose fp32 running tiles fit the registers with the
   Matryoshka kernels' extra live tiles (the gradient keeps four: full dot, tail dot,
-  coefficient, suffix sum); 128 x 128 tiles spill (sm_90 compile: 255 registers and
-  700 spill stores in the gradient). Otherwise (a user's config, the interpreter) the
+  coefficient, suffix sum): forward 128 x 64 and gradient 64 x 64, 8 warps each, use
+  at most 252 registers without spilling (sm_90 compile, K = 4), where the plain
+  defaults (128 x 128 forward, 64 x 128 gradient with 4 warps) spill hundreds of
+  registers. Otherwise (a user's config, the interpreter) the
   passes keep their tiles and only untiled ones are switched, fitted to ``smem_kib``
   (None: the H100's 227 KiB).
   """
@@ -166,7 +168,7 @@ def matryoshka_config(cfg: KernelConfig, itemsize: int, smem_kib: int | None = N
   if retile:
     cfg = dataclasses.replace(
         cfg, fwd_tiled=True, fwd_block_m=128, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=8,
-        fwd_num_stages=3, bwd_tiled=True, bwd_block_m=64, bwd_block_n=128, bwd_block_d=bk,
+        fwd_num_stages=3, bwd_tiled=True, bwd_block_m=64, bwd_block_n=64, bwd_block_d=bk,
         bwd_num_warps=8, bwd_num_stages=3)
   limit = ((smem_kib or 227) - 8) * 2**10
   for pass_ in ("fwd", "bwd"):
