@@ -29,8 +29,8 @@ from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "i32", "*fp32", "*fp32"]
-TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32", "*fp32", "*fp32"]
+FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "i32", "*fp32", "*fp32", "*fp32", "*fp32"]
+TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32"] + ["*fp32"] * 4
 TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 8 +
                             ["i32", "i32", f"*{dt}", "*fp32"])
 MRL_SEGS = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-wide chunks

@@ -58,7 +58,8 @@ class Ctx(NamedTuple):
     return _prefix_dots(a, b, self.dims, axis)
 
   def block(self, x: Tower, y: Tower | None, row_thr=None, **spec) -> tuple:
-    """(lse_row, lse_col) of a kernel block, each [K, rows] (lse_col None unless two_sided)."""
+    """(lse_row, lse_col, max_row, max_col) of a kernel block, each [K, rows] (the column
+    ones None unless two_sided)."""
     if row_thr is not None and self.dims is None:
       row_thr = row_thr[0]
     out = block_lse(x.v, None if y is None else y.v, self.scale, row_thr, x.tab,
@@ -83,6 +84,7 @@ class Head(NamedTuple):
   """What a family adds: its softmax directions and its smoothing targets."""
 
   lse_neg: list                 # per direction: [K, n] log-sum-exp over the kept negatives
+  max_neg: list                 # per direction: [K, n] their largest logit (-inf if none)
   pos: jax.Array                # [K, n] the positive's similarity
   n_neg: int                    # nominal negatives N per softmax (C = N + 1 candidates)
   cross: Callable[[], jax.Array]   # [K] sum over rows of every candidate's similarity
@@ -163,10 +165,14 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   loss = stable_scale(jnp.sum(w * per_dim), stable=o["stable"], batch=ctx.batch,
                       temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
+  # In-batch top-1: the positive beats every kept negative (from the kernels' maxima).
+  accuracy = [unk(ctx.gsum(jnp.sum(pos_logit > lax.stop_gradient(mx), axis=-1,
+                                   dtype=jnp.float32)) / ctx.batch) for mx in head.max_neg]
   stats = ContrastiveStats(
       z_loss=jnp.sum(w * z), lse_row=unk(terms[0][1]),
       lse_col=unk(terms[1][1]) if len(terms) > 1 else None,
-      matryoshka_losses=per_dim if dims else None)
+      matryoshka_losses=per_dim if dims else None, accuracy_row=accuracy[0],
+      accuracy_col=accuracy[1] if len(accuracy) > 1 else None)
   return loss, stats
 
 
@@ -174,10 +180,11 @@ def pair_head(ctx: Ctx, towers, *, two_sided: bool) -> Head:
   """CLIP (two_sided: rows and columns) and LiT (rows): one block, diagonal excluded;
   the positive joins in the log domain. C = B candidates per softmax."""
   x, y = towers
-  lse_row, lse_col = ctx.block(x, y, two_sided=two_sided, exclude_self=True)
+  lse_row, lse_col, max_row, max_col = ctx.block(x, y, two_sided=two_sided, exclude_self=True)
   cross = lambda: jnp.sum(ctx.tower_sum(x) * ctx.tower_sum(y), axis=-1)   # <sum x, sum y>
-  return Head([lse_row, lse_col] if two_sided else [lse_row], ctx.sims(x, y), ctx.batch - 1,
-              cross)
+  if two_sided:
+    return Head([lse_row, lse_col], [max_row, max_col], ctx.sims(x, y), ctx.batch - 1, cross)
+  return Head([lse_row], [max_row], ctx.sims(x, y), ctx.batch - 1, cross)
 
 
 def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], name: str,

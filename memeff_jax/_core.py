@@ -8,6 +8,7 @@ of a similarity block, over its rows and optionally its columns.
           & [global i != global j]    (if exclude_self)
     lse_row_i = log sum_j keep_ij exp(z_ij)          [n]   ([K, n] with dims)
     lse_col_j = log sum_i keep_ij exp(z_ij)          [m]   (two_sided only)
+    max_row_i = max_j keep_ij z_ij, max_col_j alike  (no gradient: in-batch accuracy)
 
 ``symmetric`` blocks pass ``y=None`` and mean y = x (the q-q and d-d blocks): one
 gradient pass then folds both softmax roles of each pair. With ``axis_name`` the
@@ -67,7 +68,10 @@ class Side(NamedTuple):
 
 
 def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, *, spec: BlockSpec):
-  """``(lse_row, lse_col)`` of the block; ``lse_col`` is None unless ``spec.two_sided``."""
+  """``(lse_row, lse_col, max_row, max_col)`` of the block: the log-normalizers and the
+  largest kept logit ``max_j keep_ij z_ij`` of each row and column (-inf if none; no
+  gradient, it feeds the in-batch accuracy); the column ones are None unless
+  ``spec.two_sided``."""
   if (spec.dims is None) != (x_tab is None):
     raise ValueError("prefix dims and inverse-norm tables go together")
   if spec.symmetric != (y is None):
@@ -90,12 +94,13 @@ def _op(spec: BlockSpec):
         x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
         x_tab=(x_tab is not None and x_tab.perturbed),
         y_tab=(y_tab is not None and y_tab.perturbed))
-    res = (val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab)) + out
+    res = (val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab)) + out[:2]
     return out, (res, need)
 
   def bwd(saved, cts):
     (x, y, scale, row_thr, x_tab, y_tab, lse_row, lse_col), need = saved
-    g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts)
+    # The maxima's cotangents (cts[2:]) are dropped: they carry no gradient.
+    g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
       return (None,) * 6
     row = None if g_row is None else Side(_safe(lse_row), g_row, row_thr)

@@ -30,12 +30,19 @@ class ContrastiveStats(NamedTuple):
     matryoshka_losses: with ``matryoshka_dims``: [K] float32, the unweighted loss of
       each dim (smoothing and z-loss included; the loss is their weighted sum), and
       ``lse_row`` / ``lse_col`` are then [K, n]; ``None`` without dims.
+    accuracy_row: float32, the in-batch top-1 accuracy of the row softmaxes: the
+      fraction of rows whose positive beats every kept negative (strictly; a row with
+      no negative counts as a hit), over the global batch. [K] with Matryoshka dims.
+    accuracy_col: the same for CLIP's column softmaxes (texts retrieving images);
+      ``None`` for the row-only losses.
   """
 
   z_loss: jax.Array
   lse_row: jax.Array
   lse_col: jax.Array | None
   matryoshka_losses: jax.Array | None = None
+  accuracy_row: jax.Array | None = None
+  accuracy_col: jax.Array | None = None
 
 
 def normalize(v: jax.Array) -> jax.Array:

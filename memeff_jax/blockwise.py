@@ -87,21 +87,26 @@ class BlockwiseBackend:
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
     starts, (y_s, yt_s) = _tiles(tile, m, (y, -2), (y_tab, -1))
 
-    def body(lse_row, inp):
+    def body(carry, inp):
+      lse_row, max_row = carry
       j0, y_t, yt_t = inp
       cols = j0 + jnp.arange(tile, dtype=jnp.int32)
       s = _sims(x, y_t, x_tab, yt_t, dims)
       keep = _keep(s, rows, offsets[1] + cols, cols < m, row_thr, None, spec.exclude_self)
       z = jnp.where(keep, scale * s, -jnp.inf)
       lse_row = jnp.logaddexp(lse_row, jax.nn.logsumexp(z, axis=-1))
-      return lse_row, (jax.nn.logsumexp(z, axis=-2) if spec.two_sided else None)
+      max_row = jnp.maximum(max_row, jnp.max(z, axis=-1))
+      col = (jax.nn.logsumexp(z, axis=-2), jnp.max(z, axis=-2)) if spec.two_sided else None
+      return (lse_row, max_row), col
 
     k = 1 if dims is None else len(dims)
-    init = vary_like(jnp.full((k, n), -jnp.inf, jnp.float32), x, y, scale, offsets[0], offsets[1])
-    lse_row, lse_col = lax.scan(body, init, (starts, y_s, yt_s))
-    if spec.two_sided:
-      lse_col = jnp.moveaxis(lse_col, 0, 1).reshape(k, -1)[:, :m]
-    return _unk(lse_row, dims), (_unk(lse_col, dims) if spec.two_sided else None)
+    empty = jnp.full((k, n), -jnp.inf, jnp.float32)
+    init = vary_like((empty, empty), x, y, scale, offsets[0], offsets[1])
+    (lse_row, max_row), col = lax.scan(body, init, (starts, y_s, yt_s))
+    lse_col = max_col = None
+    if spec.two_sided:   # [tiles, K, tile] -> [K, m]
+      lse_col, max_col = (_unk(jnp.moveaxis(c, 0, 1).reshape(k, -1)[:, :m], dims) for c in col)
+    return _unk(lse_row, dims), lse_col, _unk(max_row, dims), max_col
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, want_cs, out_dtype):
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]

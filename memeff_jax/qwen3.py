@@ -26,17 +26,23 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
   # i's threshold on every group; the mask carries no gradient. margin >= 0 always
   # keeps the positive, which joins in the log domain.
   thr = lax.stop_gradient(pos + margin)
-  parts = [ctx.block(q, d, thr, exclude_self=True)[0]]          # q-d, j != i
-  if use_qq_negatives:   # q-q, j != i: one symmetric block, both roles in its gradient
-    parts.append(ctx.block(q, None, thr, exclude_self=True, symmetric=True)[0])
-  if use_dd_negatives:   # d-d, j != i, with query i's threshold on row i
-    parts.append(ctx.block(d, None, thr, exclude_self=True, symmetric=True)[0])
+  # (lse, max) of each group's kept negatives: q-d (j != i), q-q and d-d (j != i, one
+  # symmetric block each, both roles in its gradient; d-d with query i's threshold).
+  parts = [ctx.block(q, d, thr, exclude_self=True)[::2]]
+  if use_qq_negatives:
+    parts.append(ctx.block(q, None, thr, exclude_self=True, symmetric=True)[::2])
+  if use_dd_negatives:
+    parts.append(ctx.block(d, None, thr, exclude_self=True, symmetric=True)[::2])
   k = 0
   if h is not None:      # row-specific hard negatives: O(n k d) plain JAX
     k = h.v.shape[1]
     s_h = ctx.sims(q, h, "id,ikd->ik")                          # [K, n, k]
-    parts.append(masked_lse(ctx.scale * s_h, s_h <= thr[..., None]))
-  lse_neg = parts[0] if len(parts) == 1 else masked_lse(jnp.stack(parts), True, axis=0)
+    keep = s_h <= thr[..., None]
+    z_h = ctx.scale * s_h
+    parts.append((masked_lse(z_h, keep), jnp.max(jnp.where(keep, z_h, -jnp.inf), axis=-1)))
+  lses, maxes = zip(*parts)
+  lse_neg = lses[0] if len(parts) == 1 else masked_lse(jnp.stack(lses), True, axis=0)
+  max_neg = functools.reduce(jnp.maximum, maxes)
 
   def cross():   # A = <S_q, S_d> + qq (|S_q|^2 - sum |q|^2) + dd (...) + sum s_h
     sum_q, sum_d = ctx.tower_sum(q), ctx.tower_sum(d)
@@ -50,7 +56,7 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
     return a
 
   n_neg = (ctx.batch - 1) * (1 + int(use_qq_negatives) + int(use_dd_negatives)) + k
-  return _chain.Head([lse_neg], pos, n_neg, cross)
+  return _chain.Head([lse_neg], [max_neg], pos, n_neg, cross)
 
 
 def _validate(*, margin, **flags):

@@ -66,6 +66,14 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   return ell, lse
 
 
+def _accuracy(raw, keep, is_pos, scale):
+  """In-batch top-1: the fraction of rows whose positive beats every kept negative."""
+  logits = scale * raw
+  pos = jnp.sum(jnp.where(is_pos, logits, 0.0), axis=-1)
+  top_neg = jnp.max(jnp.where(keep & ~is_pos, logits, -jnp.inf), axis=-1)
+  return lax.stop_gradient(jnp.mean(pos > top_neg, dtype=jnp.float32))
+
+
 def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale):
   """Average the softmax directions, add the z-loss, apply the stable factor."""
   loss = sum(jnp.mean(e) for e in ells) / len(ells)
@@ -103,7 +111,8 @@ def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
   ell_c, lse_c = _softmaxes(s.T, True, True, eye, scale, **opts)
   loss, z = _finish([ell_r, ell_c], [lse_r, lse_c], batch=b, temperature=temperature,
                     stable=stable, lse_square_scale=lse_square_scale)
-  return loss, ContrastiveStats(z, lse_r, lse_c)
+  return loss, ContrastiveStats(z, lse_r, lse_c, accuracy_row=_accuracy(s, True, eye, scale),
+                                accuracy_col=_accuracy(s.T, True, eye, scale))
 
 
 def clip_loss(image_features, text_features, **kwargs):
@@ -119,11 +128,12 @@ def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
     x, y = normalize(x), normalize(y)
   b = x.shape[0]
   scale = _scale(temperature, x)
-  ell, lse = _softmaxes(_sims(x, y), True, True, jnp.eye(b, dtype=bool), scale, n_neg=b - 1,
-                        tau=_tau(tau_plus), eps=label_smoothing)
+  s, eye = _sims(x, y), jnp.eye(b, dtype=bool)
+  ell, lse = _softmaxes(s, True, True, eye, scale, n_neg=b - 1, tau=_tau(tau_plus),
+                        eps=label_smoothing)
   loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
                     lse_square_scale=lse_square_scale)
-  return loss, ContrastiveStats(z, lse, None)
+  return loss, ContrastiveStats(z, lse, None, accuracy_row=_accuracy(s, True, eye, scale))
 
 
 def lit_loss(text_features, image_features, **kwargs):
@@ -161,7 +171,8 @@ def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, s
                         eps=label_smoothing)
   loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
                     lse_square_scale=lse_square_scale)
-  return loss, ContrastiveStats(z, lse, None)
+  return loss, ContrastiveStats(z, lse, None,
+                                accuracy_row=_accuracy(raw, keep, is_pos, scale))
 
 
 def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
@@ -223,7 +234,8 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   stack = lambda name: (None if getattr(outs[0][1], name) is None else
                         jnp.stack([getattr(st, name) for _, st in outs]))
   stats = ContrastiveStats(z_loss=jnp.sum(w * stack("z_loss")), lse_row=stack("lse_row"),
-                           lse_col=stack("lse_col"), matryoshka_losses=losses)
+                           lse_col=stack("lse_col"), matryoshka_losses=losses,
+                           accuracy_row=stack("accuracy_row"), accuracy_col=stack("accuracy_col"))
   return jnp.sum(w * losses), stats
 
 

@@ -63,7 +63,8 @@ def _lap(size, step, carry):
 
 
 def forward(spec, x, y, scale, row_thr, x_tab, y_tab):
-  """``(lse_row, lse_col)`` of this device's rows / columns over the whole ring."""
+  """``(lse_row, lse_col, max_row, max_col)`` of this device's rows / columns over the
+  whole ring (the column ones None unless two-sided)."""
   be, axis = spec.backend, spec.axis_name
   if spec.symmetric:
     y, y_tab = x, x_tab
@@ -79,19 +80,19 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab):
     return hop(0, y, y_tab)
 
   def step(h, carry, send):
-    y_vis, yt_vis, lse_row, lse_col = carry
+    y_vis, yt_vis, lse_row, lse_col, max_row, max_col = carry
     y_next, yt_next = shift((y_vis, yt_vis)) if send else (y_vis, yt_vis)
-    r, c = hop(h, y_vis, yt_vis)
-    lse_row = jnp.logaddexp(lse_row, r)
+    r, c, r_max, c_max = hop(h, y_vis, yt_vis)
+    lse_row, max_row = jnp.logaddexp(lse_row, r), jnp.maximum(max_row, r_max)
     if spec.two_sided:   # the column partials ride with their block and arrive home
-      lse_col = shift(jnp.logaddexp(lse_col, c))
-    return y_next, yt_next, lse_row, lse_col
+      lse_col, max_col = shift((jnp.logaddexp(lse_col, c), jnp.maximum(max_col, c_max)))
+    return y_next, yt_next, lse_row, lse_col, max_row, max_col
 
   k = () if spec.dims is None else (len(spec.dims),)
   full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, jnp.float32), axis)
-  init = (y, y_tab, full(n), full(m) if spec.two_sided else None)
-  _, _, lse_row, lse_col = _lap(size, step, init)
-  return lse_row, lse_col
+  cols = full(m) if spec.two_sided else None
+  init = (y, y_tab, full(n), cols, full(n), cols)
+  return _lap(size, step, init)[2:]
 
 
 def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):

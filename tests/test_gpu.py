@@ -81,7 +81,7 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
     z = jnp.where(keep, scale * s, -jnp.inf)
     return jax.nn.logsumexp(z, axis=1), (jax.nn.logsumexp(z, axis=0) if two_sided else None)
 
-  got, vjp = jax.vjp(lambda x, y, s: _core.block_lse(x, y, s, thr, spec=spec), x, y, scale)
+  got, vjp = jax.vjp(lambda x, y, s: _core.block_lse(x, y, s, thr, spec=spec)[:2], x, y, scale)
   want, vjp_ref = jax.vjp(dense, x, y, scale)
   g = (jax.random.normal(jax.random.key(1), (n,)),
        jax.random.normal(jax.random.key(2), (m,)) if two_sided else None)
@@ -92,6 +92,16 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6 * float(jnp.max(jnp.abs(b))))
   for a, b in zip(vjp(g), vjp_ref(g)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(jnp.max(jnp.abs(b))))
+  # The maxima (in-batch accuracy) against the dense masked maxima.
+  s = jnp.dot(x, y.T, precision=jax.lax.Precision.HIGHEST)
+  keep = jnp.arange(n)[:, None] != jnp.arange(m)[None, :]
+  if masked:
+    keep &= s <= thr[:, None]
+  z = jnp.where(keep, scale * s, -jnp.inf)
+  maxima = _core.block_lse(x, y, scale, thr, spec=spec)[2:]
+  for a, b in zip(maxima, (jnp.max(z, axis=1), jnp.max(z, axis=0) if two_sided else None)):
+    if b is not None:
+      np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("loss,d", [("clip", 512), ("qwen3", 512), ("clip", 1024)])
@@ -190,3 +200,26 @@ def test_matryoshka_one_device_ring_equals_plain():
   for a, b in zip(got[1], want[1]):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize("d,dtype", [(72, jnp.float32), (512, jnp.bfloat16), (1152, jnp.bfloat16)])
+def test_accuracy_triton(d, dtype):
+  # The kernels' maxima (sweep and tiled forwards) give the in-batch top-1 of a dense
+  # count on the same (rounded) inputs.
+  from tests.test_metrics import _count_pairs, _count_qwen3  # pylint: disable=g-import-not-at-top
+  r = np.random.default_rng(d)
+  x = r.standard_normal((1500, d))
+  x, y = (jnp.asarray(v, jnp.float32).astype(dtype)
+          for v in (x, x + 1.5 * r.standard_normal((1500, d))))
+  want = _count_pairs(np.asarray(mj.reference.normalize(x), np.float64),
+                      np.asarray(mj.reference.normalize(y), np.float64))
+  _, st = mj.clip_loss_with_stats(x, y, backend="triton", config=_cfg(d, dtype))
+  # bf16: a near-tie may round either way; allow a handful of rows.
+  tol = (2 if dtype == jnp.float32 else 5) / 1500
+  np.testing.assert_allclose([st.accuracy_row, st.accuracy_col], want, atol=tol)
+  q, doc, h = qwen3_batch(d, 700, d, 3, dtype)
+  _, st = mj.qwen3_loss_with_stats(q, doc, h, use_qq_negatives=True, use_dd_negatives=True,
+                                   margin=0.05, backend="triton", config=_cfg(d, dtype))
+  want = _count_qwen3(*(np.asarray(v.astype(jnp.float32), np.float64) for v in (q, doc, h)),
+                      0.05, True, True)
+  np.testing.assert_allclose(st.accuracy_row, want, atol=tol * 1500 / 700)

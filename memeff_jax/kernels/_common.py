@@ -89,9 +89,11 @@ def lse2_merge(a, b):
 
 @triton.jit
 def lse2(z, AXIS: tl.constexpr):
-  """log2 sum 2^z along AXIS, shifted by the max; -inf where every entry is -inf."""
-  mx = safe_max(tl.max(z, AXIS))
-  return mx + tl.log2(tl.sum(tl.exp2(z - tl.expand_dims(mx, AXIS)), AXIS))
+  """(log2 sum 2^z, max z) along AXIS, the sum shifted by the max; both -inf where
+  every entry is -inf. The max feeds the in-batch accuracy (does the positive beat it)."""
+  top = tl.max(z, AXIS)
+  mx = safe_max(top)
+  return mx + tl.log2(tl.sum(tl.exp2(z - tl.expand_dims(mx, AXIS)), AXIS)), top
 
 
 @triton.jit

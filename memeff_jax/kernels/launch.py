@@ -158,7 +158,8 @@ def _dot_precision(config: KernelConfig, dtype):
 # ---------------------------------------------------------------------- launchers
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
             prefix=None):
-  """Row (and column) log-sum-exp of the masked block, natural log units.
+  """Row (and column) log-sum-exp of the masked block and the largest kept logit of
+  each row (column): ``(lse_row, lse_col, max_row, max_col)``, natural log units.
 
   prefix: Matryoshka ``(x_tab, y_tab, ladder)`` (features laid out by the ladder):
   the statistics are then [K, rows] (tiled kernel only)."""
@@ -168,9 +169,9 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
                           prefix=prefix)
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
-    lse_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False, **opts)
-    lse_col, _ = lse_fwd(y, x, scale, None, offsets[::-1], two_sided=False, **opts)
-    return lse_row, lse_col
+    lse_row, _, max_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False, **opts)
+    lse_col, _, max_col, _ = lse_fwd(y, x, scale, None, offsets[::-1], two_sided=False, **opts)
+    return lse_row, lse_col, max_row, max_col
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
   block_d, num_d = _chunks(d, config.fwd_block_d)
@@ -181,8 +182,8 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32)
   out_shapes = [jax.ShapeDtypeStruct((splits, n), f32),
-                jax.ShapeDtypeStruct((programs, m) if two_sided else (1,), f32)]
-  lse_row, lse_col = _call(
+                jax.ShapeDtypeStruct((programs, m) if two_sided else (1,), f32)] * 2
+  lse_row, lse_col, max_row, max_col = _call(
       _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), n, m, per_split,
       out_shapes=out_shapes, grid=(programs, splits), num_warps=config.fwd_num_warps,
       num_stages=config.fwd_num_stages, name="memeff/lse_fwd", interpret=interpret, D=d,
@@ -190,7 +191,9 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
       EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided, PRECISION=config.precision)
   lse_row = jax.nn.logsumexp(lse_row * LN2, axis=0)
   lse_col = jax.nn.logsumexp(lse_col * LN2, axis=0) if two_sided else None
-  return lse_row, lse_col
+  max_row = jnp.max(max_row, axis=0) * LN2
+  max_col = jnp.max(max_col, axis=0) * LN2 if two_sided else None
+  return lse_row, lse_col, max_row, max_col
 
 
 def _prefix_args(prefix, num_k):
@@ -217,11 +220,11 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
   out_shapes = [jax.ShapeDtypeStruct((k, col_tiles, rows), f32),
-                jax.ShapeDtypeStruct((k, rows // bm, m) if two_sided else (1,), f32)]
+                jax.ShapeDtypeStruct((k, rows // bm, m) if two_sided else (1,), f32)] * 2
 
   def body(r0, carry):
-    lse_row, lse_col = carry
-    row_part, col_part = _call(
+    lse_row, lse_col, max_row, max_col = carry
+    row_part, col_part, row_max, col_max = _call(
         _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, n, m,
         out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=config.fwd_num_warps,
         num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
@@ -230,18 +233,18 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
         PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab)
     lse_row = jax.lax.dynamic_update_slice(
         lse_row, jax.nn.logsumexp(row_part * LN2, axis=1), (0, r0))
+    max_row = jax.lax.dynamic_update_slice(max_row, jnp.max(row_max, axis=1) * LN2, (0, r0))
     if two_sided:
       lse_col = jnp.logaddexp(lse_col, jax.nn.logsumexp(col_part * LN2, axis=1))
-    return lse_row, lse_col
+      max_col = jnp.maximum(max_col, jnp.max(col_max, axis=1) * LN2)
+    return lse_row, lse_col, max_row, max_col
 
-  init = _compat.vary_like(
-      (jnp.zeros((k, _cdiv(n, rows) * rows), f32),
-       jnp.full((k, m), -jnp.inf, f32) if two_sided else None), x, y, scale, *offsets)
-  lse_row, lse_col = _slab_loop(n, rows, body, init)
-  lse_row = lse_row[:, :n]
-  if prefix is None:
-    return lse_row[0], (lse_col[0] if two_sided else None)
-  return lse_row, lse_col
+  padded = jnp.zeros((k, _cdiv(n, rows) * rows), f32)
+  cols = jnp.full((k, m), -jnp.inf, f32) if two_sided else None
+  init = _compat.vary_like((padded, cols, padded, cols), x, y, scale, *offsets)
+  out = _slab_loop(n, rows, body, init)
+  out = [None if v is None else (v[:, :n] if i % 2 == 0 else v) for i, v in enumerate(out)]
+  return tuple(None if v is None else (v[0] if prefix is None else v) for v in out)
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtype, config,

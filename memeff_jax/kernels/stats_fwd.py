@@ -1,4 +1,5 @@
-"""Forward kernels: row (and column) log-sum-exp statistics of a masked similarity block.
+"""Forward kernels: row (and column) log-sum-exp statistics of a masked similarity block,
+and the largest kept logit of each row (column), for the in-batch accuracy.
 
 ``_lse_fwd_kernel`` sweeps the columns with a resident row tile and an online
 (max, sum) per row; ``_tile_lse_fwd_kernel`` is one GEMM tile with a partial
@@ -27,6 +28,8 @@ def _lse_fwd_kernel(
     # output pointers
     lse_row_ptr,             # [splits, n] fp32, log2 units
     lse_col_ptr,             # [programs, m] fp32, log2 units (TWO_SIDED)
+    max_row_ptr,             # [splits, n] fp32: the rows' largest kept z (log2 units)
+    max_col_ptr,             # [programs, m] fp32: the columns' (TWO_SIDED)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
@@ -51,6 +54,7 @@ def _lse_fwd_kernel(
   j_lo = pid_s * cols_per_split
   j_hi = tl.minimum(m, j_lo + cols_per_split)
   col_part = lse_col_ptr + pid_p.to(tl.int64) * m
+  col_max = max_col_ptr + pid_p.to(tl.int64) * m
   for rb in range(pid_p, tl.cdiv(n, BLOCK_M), num_p):
     row0 = rb * BLOCK_M
     rows = row0 + tl.arange(0, BLOCK_M)
@@ -78,12 +82,15 @@ def _lse_fwd_kernel(
       if TWO_SIDED:
         if row0 + BLOCK_M > n:
           z = tl.where((rows < n)[:, None], z, float("-inf"))
-        c_lse = lse2(z, 0)
+        c_lse, c_max = lse2(z, 0)
         seen = tl.where(rb == pid_p, 0, m)   # nothing stored yet on this program's first tile
         old = tl.load(col_part + cols, mask=cols < seen, other=float("-inf"))
         tl.store(col_part + cols, lse2_merge(old, c_lse), mask=cols < m)
+        old = tl.load(col_max + cols, mask=cols < seen, other=float("-inf"))
+        tl.store(col_max + cols, tl.maximum(old, c_max), mask=cols < m)
     lse = m_i + tl.log2(l_i)   # -inf where nothing was kept
     tl.store(lse_row_ptr + pid_s.to(tl.int64) * n + rows, lse, mask=rows < n)
+    tl.store(max_row_ptr + pid_s.to(tl.int64) * n + rows, m_i, mask=rows < n)
 
 
 @triton.jit
@@ -99,6 +106,8 @@ def _tile_lse_fwd_kernel(
     # output pointers
     row_part_ptr,            # [K, column tiles, R] fp32: per-tile row log-sum-exp (log2 units)
     col_part_ptr,            # [K, R / BLOCK_M, m] fp32: per-tile column log-sum-exp (TWO_SIDED)
+    row_max_ptr,             # [K, column tiles, R] fp32: per-tile row max z (log2 units)
+    col_max_ptr,             # [K, R / BLOCK_M, m] fp32: per-tile column max z (TWO_SIDED)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
@@ -144,9 +153,13 @@ def _tile_lse_fwd_kernel(
     z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
                    EXCLUDE_SELF)
     row_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
-    tl.store(row_part_ptr + row_base + local, lse2(z, 1))
+    r_lse, r_max = lse2(z, 1)
+    tl.store(row_part_ptr + row_base + local, r_lse)
+    tl.store(row_max_ptr + row_base + local, r_max)
     if TWO_SIDED:
       if row0 + BLOCK_M > n:
         z = tl.where((rows < n)[:, None], z, float("-inf"))
       col_base = (k * tl.num_programs(0) + pid_m).to(tl.int64) * m
-      tl.store(col_part_ptr + col_base + cols, lse2(z, 0), mask=cols < m)
+      c_lse, c_max = lse2(z, 0)
+      tl.store(col_part_ptr + col_base + cols, c_lse, mask=cols < m)
+      tl.store(col_max_ptr + col_base + cols, c_max, mask=cols < m)
