@@ -14,7 +14,7 @@ from memeff_jax.qwen3 import lit_qwen3_loss
 from memeff_jax.qwen3 import lit_qwen3_loss_with_stats
 from memeff_jax.qwen3 import qwen3_loss
 from memeff_jax.qwen3 import qwen3_loss_with_stats
-from memeff_jax.ring import sharded
+from memeff_jax.sharding import sharded
 
 __all__ = [
     "ContrastiveStats",

@@ -20,11 +20,10 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax import _dispatch, _validation, reference
+from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
-from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, ring_size,
-                               softmax_terms, stable_scale)
-from memeff_jax.ring import check_axis
+from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
+                               ring_size, softmax_terms, stable_scale)
 
 _P = ParamSpec("_P")
 # Keywords every loss takes, in signature order; families add their own (margin, ...).
@@ -37,14 +36,14 @@ class Tower(NamedTuple):
   """One feature array as the glue sees it."""
 
   v: jax.Array                  # normalized, input dtype: what the kernels read
-  v32: jax.Array                # its fp32 copy (cotangents sum in fp32, round once)
+  v32: jax.Array                # its fp32 copy, fp64 for fp64 (cotangents sum there, round once)
   tab: jax.Array | None         # [K, ...rows] prefix inverse norms (Matryoshka), else None
 
 
 class Ctx(NamedTuple):
   """Static and traced context of one call, handed to the family's head."""
 
-  scale: jax.Array              # 1 / t, fp32 0-d
+  scale: jax.Array              # 1 / t, 0-d, fp32 (fp64 for fp64 features)
   batch: int                    # global batch B
   dims: tuple[int, ...] | None  # Matryoshka dims (None: one plain "dim")
   spec: Callable[..., BlockSpec]   # BlockSpec factory with backend, ring axis, config
@@ -106,7 +105,7 @@ class Family:
 
 def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   """The chain for one call of a public ``*_with_stats`` loss (its ``locals()``)."""
-  arrays = [kwargs.pop(a) for a in family.arrays]
+  arrays = [_validation.as_array(kwargs.pop(a)) for a in family.arrays]
   own = {k: kwargs.pop(k) for k in family.options}
   o = dict(kwargs)
   if set(o) != set(SHARED):
@@ -114,20 +113,25 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
+  acc = _terms.glue_dtype(arrays[0].dtype)
   temperature = _validation.check_temperature(o["temperature"])
-  tau = _validation.check_tau_plus(o["tau_plus"], n)
+  tau_plus = _validation.as_array(o["tau_plus"])
+  tau = _validation.check_tau_plus(tau_plus, n, acc)
   eps = _validation.check_range("label_smoothing", o["label_smoothing"], 0.0, 1.0)
   z_scale = _validation.check_range("lse_square_scale", o["lse_square_scale"], 0.0, None)
   dims, weights = _validation.check_matryoshka(o["matryoshka_dims"], o["matryoshka_weights"], d)
-  be = _dispatch.resolve(o["backend"])
+  for flag in ("normalized_inputs", "stable", "deterministic"):
+    _validation.check_flag(flag, o[flag])
+  be = _dispatch.resolve(o["backend"], arrays[0].dtype)
+  config = _validation.check_config(o["config"], o["backend"])
   axis_name = o["axis_name"]
-  check_axis(axis_name)
+  _validation.check_axis(axis_name, *zip(family.arrays, arrays))
   own = family.validate(**own)
   if be is None:
     if axis_name is not None:
       raise ValueError("backend='reference' is single-device: it has no axis_name ring")
     ref = functools.partial(family.reference, **own, temperature=temperature,
-                            stable=o["stable"], tau_plus=o["tau_plus"],
+                            stable=o["stable"], tau_plus=tau_plus,
                             label_smoothing=o["label_smoothing"],
                             lse_square_scale=o["lse_square_scale"])
     if dims is None:
@@ -139,14 +143,21 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
     arrays[2] = None                                   # k = 0 hard negatives: none
   arrays = [lax.stop_gradient(a) if (i in family.locked and a is not None) else a
             for i, a in enumerate(arrays)]
+  # Traced values cannot raise: out of range or non-finite, they poison the loss and
+  # its gradients with NaN (below), and checkify names them.
+  hyper = dict(temperature=temperature, tau_plus=tau_plus, label_smoothing=eps,
+               lse_square_scale=z_scale, **{k: v for k, v in own.items() if k == "margin"})
+  ok = _validation.value_checks(dict(zip(family.arrays, arrays)), hyper)
+  inputs = arrays + list(hyper.values())
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
   towers = [None if a is None else _tower(a, dims) for a in arrays]
-  ctx = Ctx(scale=as_scale(temperature), batch=n * ring_size(axis_name), dims=dims,
+  ctx = Ctx(scale=as_scale(temperature, acc), batch=n * ring_size(axis_name), dims=dims,
             axis_name=axis_name,
             spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name,
-                                   config=o["config"]))
+                                   config=config))
   head = family.head(ctx, towers, **own)
+  _validation.check_negatives(tau, head.n_neg, ctx.batch)
   pos_logit = ctx.scale * head.pos
   terms = [softmax_terms(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
            for lse in head.lse_neg]
@@ -161,9 +172,9 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
     trace = ctx.gsum(jnp.sum(head.pos, axis=-1))
     per_dim = per_dim + eps * ctx.scale / ctx.batch * (trace - head.cross() / (head.n_neg + 1))
   per_dim = per_dim + z
-  w = jnp.asarray(weights, jnp.float32)
-  loss = stable_scale(jnp.sum(w * per_dim), stable=o["stable"], batch=ctx.batch,
-                      temperature=temperature)
+  w = jnp.asarray(weights, acc)
+  loss = poison(jnp.sum(w * per_dim), ok, inputs, axis_name)
+  loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
   # In-batch top-1: the positive beats every kept negative (from the kernels' maxima).
   accuracy = [unk(ctx.gsum(jnp.sum(pos_logit > lax.stop_gradient(mx), axis=-1,
@@ -202,7 +213,7 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
 
 
 def _tower(v: jax.Array, dims) -> Tower:
-  v32 = v.astype(jnp.float32)
+  v32 = v.astype(_terms.glue_dtype(v.dtype))
   tab = None if dims is None else _inverse_norms(v32, dims)
   return Tower(v, v32, tab)
 

@@ -109,7 +109,9 @@ def _op(spec: BlockSpec):
     return dx, dy, dscale, None, dxt, dyt
 
   op.defvjp(fwd, bwd, symbolic_zeros=True)
-  return op
+  # Under jit, so that a user's eager shard_map can run it (JAX has no eager
+  # symbolic-zeros custom_vjp inside shard_map).
+  return jax.jit(op)
 
 
 def _safe(lse):

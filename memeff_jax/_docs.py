@@ -23,8 +23,9 @@ OPTIONS = {
       True, as in memeff; ``stable=False`` gives ``jax.grad`` of the value
       (docs/math.md §7.5).""",
     "tau_plus": """debiasing prior in [0, 1) (Chuang et al.); a Python 0.0 is the
-      plain loss; a [batch] array gives per-row priors and always debiases
-      (docs/math.md §7.1).""",
+      plain loss; a [batch] array (numpy or jax) gives per-row priors and a 0-d array
+      one traced prior, both always debias (docs/math.md §7.1). Needs negatives: a
+      global batch of 1 without hard negatives raises.""",
     "label_smoothing": """in [0, 1): ``F.cross_entropy``'s smoothed targets over the
       softmax's nominal candidates (docs/math.md §7.2).""",
     "lse_square_scale": """z-loss weight >= 0: adds ``lse_square_scale * mean(lse^2)``,
@@ -43,11 +44,15 @@ OPTIONS = {
       for global arrays.""",
     "backend": """"auto" (Triton on a GPU where jax-triton imports, else blockwise),
       "triton", "interpret" (the Triton kernels under Triton's CPU interpreter),
-      "blockwise" (pure JAX, any platform) or "reference" (dense, O(B^2) memory).""",
+      "blockwise" (pure JAX, any platform) or "reference" (dense, O(B^2) memory).
+      float64 features (with ``jax_enable_x64``) run in float64 on "blockwise" and
+      "reference" ("auto" picks blockwise); the Triton kernels take fp16, bf16 and
+      fp32, and have first-order gradients only (no ``vmap``, no grad-of-grad).""",
     "deterministic": """accepted for memeff parity: every backend is deterministic
       already (no atomics, fixed reduction orders).""",
     "config": """optional :class:`memeff_jax.KernelConfig` (tiles, precision of fp32
-      dots); None picks :func:`memeff_jax.default_config`.""",
+      dots); None picks :func:`memeff_jax.default_config`. Not with
+      ``backend="reference"``, which runs no kernels.""",
 }
 
 
@@ -65,13 +70,22 @@ def args(fn, arrays: dict[str, str]) -> str:
 RAISES = """Raises:
   ValueError: bad shapes, Python numbers out of range (``temperature <= 0``,
     ``tau_plus``, ``label_smoothing``, ``lse_square_scale``, ``margin``), bad
-    ``matryoshka_dims`` / ``matryoshka_weights``, an unknown backend or an unbound
-    ``axis_name``.
-  TypeError: non-floating or mismatched dtypes, non-bool flags."""
+    ``matryoshka_dims`` / ``matryoshka_weights``, an unknown backend, an unbound
+    ``axis_name`` or replicated arrays with one, a ``config`` with
+    ``backend="reference"``, ``tau_plus`` without negatives.
+  TypeError: non-floating, unsupported (float8, ...) or mismatched dtypes, float64 on
+    the Triton backends, non-bool flags, a ``config`` that is not a KernelConfig.
+  NotImplementedError: ``vmap`` / ``jacrev`` / grad-of-grad over the Triton backends.
+
+Traced values cannot raise: a traced hyperparameter out of range or NaN
+(``temperature <= 0``, ``margin < 0``, ``tau_plus``, ``label_smoothing`` outside
+[0, 1), ``lse_square_scale < 0``) or a non-finite feature gives a NaN loss and NaN
+gradients on every backend, never a finite value; under
+``jax.experimental.checkify.checkify`` an error names the argument."""
 
 RETURNS = """Returns:
-  float32 scalar: the mean loss (with ``matryoshka_dims``, the weighted sum over the
-  dims), smoothing and z-loss included."""
+  float32 scalar (float64 for float64 features): the mean loss (with
+  ``matryoshka_dims``, the weighted sum over the dims), smoothing and z-loss included."""
 
 STATS = """Returns ``(loss, stats)``: the loss of :func:`{name}` and its
 :class:`memeff_jax.ContrastiveStats` (z-loss, log-normalizers, per-dim Matryoshka losses)."""

@@ -86,10 +86,10 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
     has_neg = lse_neg > -jnp.inf
     d = jnp.where(has_neg, lse_neg - pos_logit, 0.0)     # log(sum_neg / pos)
     # c = N * tau * pos / sum_neg; g <= 0 (so clamped) once c >= 1.
-    log_c = jnp.log(n_neg * jnp.asarray(tau, jnp.float32)) - d
+    log_c = jnp.log(n_neg * jnp.asarray(tau, d.dtype)) - d
     ok = has_neg & (log_c < 0)
     c = jnp.exp(jnp.where(ok, log_c, -1.0))
-    log_u_g = d + jnp.log1p(-c) - jnp.log1p(-jnp.asarray(tau, jnp.float32))  # log(N g / pos)
+    log_u_g = d + jnp.log1p(-c) - jnp.log1p(-jnp.asarray(tau, d.dtype))  # log(N g / pos)
     log_u_f = jnp.log(float(n_neg)) - scale - pos_logit                    # log(N f / pos)
     clamped = ~ok | (log_u_g < log_u_f)                   # strict g < f, docs/math.md §7.1
     ell = jax.nn.softplus(jnp.where(clamped, log_u_f, log_u_g))
@@ -107,18 +107,54 @@ def stable_scale(loss, *, stable: bool, batch: int, temperature):
   return loss + (factor - 1.0) * (loss - lax.stop_gradient(loss))
 
 
+def poison(loss, ok, inputs, axis_name=None):
+  """``loss`` unless ``ok`` (0-d bool, this device's checks) is False on some device;
+  then NaN, and NaN gradients for every array in ``inputs``.
+
+  ``where(ok, loss, nan)`` would leave the gradients finite (a select passes no NaN
+  to the untaken side), so ``c * sum(v)`` is added per input, ``c = 0`` or ``NaN``:
+  its value is 0 or NaN and its gradient ``c`` everywhere. 0-d inputs enter as
+  ``tanh(v)``, finite for an infinite margin (which is in range). Inputs under
+  ``stop_gradient`` (locked towers) keep their zero gradient.
+  """
+  if ok is None:
+    return loss
+  bad = global_sum(jnp.logical_not(ok).astype(jnp.float32), axis_name)
+  c = jnp.where(bad == 0, 0.0, jnp.nan).astype(loss.dtype)
+  term = jnp.zeros((), loss.dtype)
+  for v in inputs:
+    if isinstance(v, (type(None), int, float)) or not jnp.issubdtype(v.dtype, jnp.floating):
+      continue
+    term = term + jnp.sum(c * (jnp.tanh(v) if jnp.ndim(v) == 0 else v))
+  return loss + global_sum(term, axis_name)
+
+
 def global_sum(v, axis_name):
   """Sum over the ring's devices (identity off the ring)."""
   return v if axis_name is None else lax.psum(v, axis_name)
 
 
-def as_scale(temperature) -> jax.Array:
-  """``1 / t`` as a float32 0-d array (a traced temperature stays differentiable)."""
-  return 1.0 / jnp.asarray(temperature, jnp.float32)
+def as_scale(temperature, dtype=jnp.float32) -> jax.Array:
+  """``1 / t`` as a 0-d array in ``dtype`` (the glue's: fp32, fp64 for fp64 features);
+  a traced temperature stays differentiable."""
+  return 1.0 / jnp.asarray(temperature, dtype)
+
+
+def glue_dtype(dtype):
+  """The dtype of the O(B D) glue and the statistics: fp32, fp64 for fp64 features."""
+  return jnp.promote_types(dtype, jnp.float32)
 
 
 def ring_size(axis_name) -> int:
   return 1 if axis_name is None else lax.axis_size(axis_name)
+
+
+def log_add_exp(a, b):
+  """``jnp.logaddexp``, but where both are -inf the tangent is 0, not NaN (an empty
+  softmax merged with an empty tile stays differentiable to second order)."""
+  both = (a == -jnp.inf) & (b == -jnp.inf)
+  out = jnp.logaddexp(jnp.where(both, 0.0, a), jnp.where(both, 0.0, b))
+  return jnp.where(both, -jnp.inf, out)
 
 
 def masked_lse(z, keep, axis: int = -1):

@@ -1,7 +1,10 @@
-"""Trace-time checks shared by every public loss: shapes, dtypes, Python-number ranges.
+"""Checks shared by every public loss.
 
-Shapes raise ValueError and dtypes TypeError, naming the argument and its shape.
-Values inside traced arrays are never checked (that would need a host sync).
+At trace time: shapes, dtypes, flags, config, Python-number ranges, the ring axis.
+Shapes and config raise ValueError, dtypes and types TypeError, naming the argument.
+Values inside traced arrays cannot be checked without a host sync: ``value_checks``
+turns them into one 0-d ``ok`` (the chain then poisons the loss and its gradients
+with NaN, ``_terms.poison``) and a ``checkify.debug_check`` per argument.
 """
 
 from __future__ import annotations
@@ -12,21 +15,43 @@ from typing import Literal
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
+from jax.experimental import checkify
+
+from memeff_jax._compat import varying_axes
+from memeff_jax.config import KernelConfig
+
+# Input dtypes every backend computes in (float64 needs jax_enable_x64 and the
+# blockwise or reference backend).
+FLOATS = tuple(jnp.dtype(t) for t in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.float64))
 
 
 def _is_python_number(v) -> bool:
   return isinstance(v, numbers.Real) and not isinstance(v, (np.ndarray, jax.Array))
 
 
+def as_array(v):
+  """numpy arrays become jax arrays here, all alike: with x64 off a float64 one is
+  float32 then, whether or not jax.grad already converted its neighbour."""
+  return jnp.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else v
+
+
+def _check_float(name: str, v) -> None:
+  if not jnp.issubdtype(v.dtype, jnp.floating):
+    raise TypeError(f"{name} must be a floating array, got {name}.dtype={v.dtype}")
+  if jnp.dtype(v.dtype) not in FLOATS:
+    raise TypeError(f"{name} must be float16, bfloat16, float32 or float64 (with "
+                    f"jax_enable_x64), got {name}.dtype={v.dtype}")
+
+
 def check_towers(names: tuple[str, str], x, y) -> tuple[int, int]:
-  """Both towers: rank 2, one (batch, feature) shape, one floating dtype."""
+  """Both towers: rank 2, one (batch, feature) shape, one supported float dtype."""
   for name, v in zip(names, (x, y)):
     if not hasattr(v, "shape") or not hasattr(v, "dtype"):
       raise TypeError(f"{name} must be an array, got {type(v).__name__}")
     if v.ndim != 2:
       raise ValueError(f"{name} must be rank 2 [batch, features], got {name}.shape={v.shape}")
-    if not jnp.issubdtype(v.dtype, jnp.floating):
-      raise TypeError(f"{name} must be a floating array, got {name}.dtype={v.dtype}")
+    _check_float(name, v)
   (nx, ny), (x_shape, y_shape) = names, (x.shape, y.shape)
   if x.shape[0] != y.shape[0]:
     raise ValueError(f"{nx} and {ny} must have the same batch size, got "
@@ -45,6 +70,7 @@ def check_towers(names: tuple[str, str], x, y) -> tuple[int, int]:
 def check_hard_negatives(h, n: int, d: int, dtype) -> None:
   if not hasattr(h, "shape") or not hasattr(h, "dtype"):
     raise TypeError(f"hard_negatives must be an array, got {type(h).__name__}")
+  _check_float("hard_negatives", h)
   if h.ndim != 3 or h.shape[0] != n or h.shape[2] != d:
     raise ValueError(f"hard_negatives must be [batch={n}, k, features={d}], got "
                      f"hard_negatives.shape={h.shape}")
@@ -72,6 +98,8 @@ def check_temperature(t):
   t = _scalar("temperature", t)
   if isinstance(t, float) and not t > 0:
     raise ValueError(f"temperature must be > 0, got temperature={t}")
+  if isinstance(t, float) and not np.isfinite(t):
+    raise ValueError(f"temperature must be finite, got temperature={t}")
   return t
 
 
@@ -84,19 +112,101 @@ def check_range(name: str, v, lo: float, hi: float | None):
   return v
 
 
-def check_tau_plus(tau, n: int):
-  """None for the plain path (a Python 0.0), a float, or a per-row fp32 [n] array."""
+def check_tau_plus(tau, n: int, dtype=jnp.float32):
+  """None for the plain path (a Python 0.0), a float, or a 0-d / per-row [n] array
+  (then in ``dtype``, the glue's: fp32, fp64 for fp64 features; no gradient)."""
   if _is_python_number(tau) and not isinstance(tau, bool):
     tau = check_range("tau_plus", tau, 0.0, 1.0)
     return None if tau == 0.0 else tau
   if not hasattr(tau, "shape") or not hasattr(tau, "dtype") or isinstance(tau, bool):
     raise TypeError(f"tau_plus must be a float or a [batch] array, got {type(tau).__name__}")
-  if tau.shape != (n,):
+  if tau.shape not in ((n,), ()):
     raise ValueError(f"a per-row tau_plus must have shape (batch,)=({n},), got "
                      f"tau_plus.shape={tau.shape}")
   if not jnp.issubdtype(tau.dtype, jnp.floating):
     raise TypeError(f"tau_plus must be floating, got tau_plus.dtype={tau.dtype}")
-  return jax.lax.stop_gradient(jnp.asarray(tau, jnp.float32))
+  return lax.stop_gradient(jnp.asarray(tau, dtype))
+
+
+def check_negatives(tau, n_neg: int, batch: int) -> None:
+  """Debiasing estimates the negatives' distribution: it needs some."""
+  if tau is not None and n_neg == 0:
+    raise ValueError(f"tau_plus needs negatives, but a global batch of {batch} without hard "
+                     f"negatives has none: pass tau_plus=0.0 or a larger batch")
+
+
+def check_config(config, backend: str):
+  """None or a KernelConfig; the dense reference runs no kernels, so none there."""
+  if config is None:
+    return None
+  if not isinstance(config, KernelConfig):
+    raise TypeError(f"config must be a memeff_jax.KernelConfig or None, got "
+                    f"{type(config).__name__}: config={config!r}")
+  if backend == "reference":
+    raise ValueError("config has no effect with backend='reference' (the dense reference "
+                     "runs no kernels); pass config=None")
+  return config
+
+
+def check_axis(axis_name, *arrays) -> None:
+  """axis_name (a mesh axis or a tuple of them) must be bound, i.e. we are inside
+  shard_map over it, and ``arrays`` ((name, array or None) pairs) must be this
+  device's shard: varying over every named axis, not replicated."""
+  if axis_name is None:
+    return
+  for axis in axis_name if isinstance(axis_name, tuple) else (axis_name,):
+    try:
+      index = lax.axis_index(axis)
+    except NameError as e:
+      raise ValueError(f"axis_name={axis_name!r} is not bound here: call the loss inside "
+                       f"jax.shard_map over a mesh with that axis, or wrap it with "
+                       f"memeff_jax.sharded") from e
+    if axis not in varying_axes(index):
+      continue   # shard_map(check_vma=False): replication is not tracked
+    for name, v in arrays:
+      if v is not None and axis not in varying_axes(v):
+        raise ValueError(
+            f"{name} is replicated over mesh axis {axis!r} (in_specs P(), or computed from "
+            f"replicated values), but axis_name={axis_name!r} means each device holds its "
+            f"own shard of the batch: shard it (in_specs=P({axis_name!r})) or drop axis_name")
+
+
+# Traced hyperparameters: (ok(v) elementwise, what the message says must hold).
+_RANGES = {
+    "temperature": (lambda v: jnp.isfinite(v) & (v > 0), "finite and > 0"),
+    "margin": (lambda v: v >= 0, ">= 0 (not NaN)"),
+    "tau_plus": (lambda v: (v >= 0) & (v < 1), "in [0, 1)"),
+    "label_smoothing": (lambda v: (v >= 0) & (v < 1), "in [0, 1)"),
+    "lse_square_scale": (lambda v: jnp.isfinite(v) & (v >= 0), "finite and >= 0"),
+}
+
+
+def value_checks(arrays: dict, hyper: dict):
+  """0-d bool: every array in ``arrays`` (name -> array or None) is finite and every
+  traced hyperparameter in ``hyper`` (name -> value; Python numbers were checked at
+  trace time) lies in its range. None when there is nothing to check. Each check is
+  also a ``checkify.debug_check`` naming the argument (a no-op unless checkified)."""
+  oks = []
+  for name, v in arrays.items():
+    if v is None:
+      continue
+    ok = jnp.all(jnp.isfinite(v))
+    checkify.debug_check(ok, f"{name} must be finite: it holds NaN or inf")
+    oks.append(ok)
+  for name, v in hyper.items():
+    if v is None or _is_python_number(v):
+      continue
+    fn, what = _RANGES[name]
+    ok = jnp.all(fn(v))
+    if jnp.ndim(v) == 0:
+      checkify.debug_check(ok, f"{name} must be {what}, got {name}={{v}}", v=v)
+    else:
+      checkify.debug_check(ok, f"{name} must be {what} in every entry, got {name}.shape="
+                               f"{jnp.shape(v)} with an entry out of range or NaN")
+    oks.append(ok)
+  if not oks:
+    return None
+  return jnp.all(jnp.stack(oks))
 
 
 Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]

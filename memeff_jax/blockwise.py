@@ -20,14 +20,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._compat import vary_like
+from memeff_jax._terms import glue_dtype, log_add_exp, masked_lse
 from memeff_jax.config import KernelConfig
 
 _HI = lax.Precision.HIGHEST
 
 
 def _dot(u, v):
-  # [n, d] @ [d, t] -> [n, t], fp32 accumulation
-  return jnp.dot(u, v.T, preferred_element_type=jnp.float32, precision=_HI)
+  # [n, d] @ [d, t] -> [n, t], fp32 accumulation (fp64 for fp64)
+  return jnp.dot(u, v.T, preferred_element_type=glue_dtype(u.dtype), precision=_HI)
 
 
 def _sims(x, y_t, x_tab, y_tab_t, dims):
@@ -94,13 +95,14 @@ class BlockwiseBackend:
       s = _sims(x, y_t, x_tab, yt_t, dims)
       keep = _keep(s, rows, offsets[1] + cols, cols < m, row_thr, None, spec.exclude_self)
       z = jnp.where(keep, scale * s, -jnp.inf)
-      lse_row = jnp.logaddexp(lse_row, jax.nn.logsumexp(z, axis=-1))
+      # An all-masked tile or row: -inf with a zero tangent (finite Hessians).
+      lse_row = log_add_exp(lse_row, masked_lse(z, keep, axis=-1))
       max_row = jnp.maximum(max_row, jnp.max(z, axis=-1))
-      col = (jax.nn.logsumexp(z, axis=-2), jnp.max(z, axis=-2)) if spec.two_sided else None
+      col = (masked_lse(z, keep, axis=-2), jnp.max(z, axis=-2)) if spec.two_sided else None
       return (lse_row, max_row), col
 
     k = 1 if dims is None else len(dims)
-    empty = jnp.full((k, n), -jnp.inf, jnp.float32)
+    empty = jnp.full((k, n), -jnp.inf, glue_dtype(x.dtype))
     init = vary_like((empty, empty), x, y, scale, offsets[0], offsets[1])
     (lse_row, max_row), col = lax.scan(body, init, (starts, y_s, yt_s))
     lse_col = max_col = None
@@ -132,17 +134,18 @@ class BlockwiseBackend:
         coef += jnp.where(keep, cg_t[:, None, :] * jnp.exp(z - cl_t[:, None, :]), 0.0)
       cs = cs + jnp.sum(coef * s, axis=-1)
       if dims is None:
-        dx = dx + scale * jnp.dot(coef[0], y_t, preferred_element_type=jnp.float32,
+        dx = dx + scale * jnp.dot(coef[0], y_t, preferred_element_type=dx.dtype,
                                   precision=_HI)
       else:
         for kk, mk in enumerate(dims):
           c = coef[kk] * x_tab[kk][:, None] * yt_t[kk][None, :]
-          part = jnp.dot(c, y_t[:, :mk], preferred_element_type=jnp.float32, precision=_HI)
+          part = jnp.dot(c, y_t[:, :mk], preferred_element_type=dx.dtype, precision=_HI)
           dx = dx.at[:, :mk].add(scale * part)
       return (dx, cs), None
 
     k = 1 if dims is None else len(dims)
-    init = vary_like((jnp.zeros((n, d), jnp.float32), jnp.zeros((k, n), jnp.float32)), x, y,
+    acc = glue_dtype(x.dtype)   # fp32 accumulators, fp64 for fp64
+    init = vary_like((jnp.zeros((n, d), acc), jnp.zeros((k, n), acc)), x, y,
                      scale, offsets[0], offsets[1])
     (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s))
     return dx.astype(out_dtype), (_unk(cs, dims) if want_cs else None)

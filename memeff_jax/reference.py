@@ -14,8 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax._terms import ContrastiveStats, normalize, stable_scale
-from memeff_jax._validation import check_dims, check_weights
+from memeff_jax._terms import ContrastiveStats, normalize, poison, stable_scale
+from memeff_jax._validation import check_dims, check_negatives, check_weights, value_checks
 from memeff_jax.matryoshka import matryoshka
 
 __all__ = ["clip_loss", "clip_loss_with_stats", "lit_loss", "lit_loss_with_stats", "qwen3_loss",
@@ -47,9 +47,8 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   pos = jnp.sum(jnp.where(is_pos, logits, 0.0), axis=-1)
   if tau is None:
     lse = jax.nn.logsumexp(cand, axis=-1)
-  elif n_neg == 0:
-    lse = pos
   else:
+    check_negatives(tau, n_neg, raw.shape[0])
     # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
     # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
     neg = jax.nn.logsumexp(jnp.where(is_pos, -jnp.inf, cand), axis=-1)
@@ -74,11 +73,17 @@ def _accuracy(raw, keep, is_pos, scale):
   return lax.stop_gradient(jnp.mean(pos > top_neg, dtype=jnp.float32))
 
 
-def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale):
-  """Average the softmax directions, add the z-loss, apply the stable factor."""
+def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays, **hyper):
+  """Average the softmax directions, add the z-loss, apply the stable factor.
+
+  Non-finite ``arrays`` (name -> array) or traced hyperparameters out of range make
+  the loss and every gradient NaN (``_terms.poison``), as on every backend.
+  """
   loss = sum(jnp.mean(e) for e in ells) / len(ells)
   z = lse_square_scale * sum(jnp.mean(l * l) for l in lses) / len(lses)
-  loss = stable_scale(loss + z, stable=stable, batch=batch, temperature=temperature)
+  hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
+  loss = poison(loss + z, value_checks(arrays, hyper), [*arrays.values(), *hyper.values()])
+  loss = stable_scale(loss, stable=stable, batch=batch, temperature=temperature)
   return loss, z
 
 
@@ -100,6 +105,7 @@ def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
                          label_smoothing=0.0, lse_square_scale=0.0):
   """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (docs/math.md §4, §7)."""
   x, y = image_features, text_features
+  arrays = dict(image_features=x, text_features=y)
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
   b = x.shape[0]
@@ -110,7 +116,8 @@ def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
   ell_r, lse_r = _softmaxes(s, True, True, eye, scale, **opts)
   ell_c, lse_c = _softmaxes(s.T, True, True, eye, scale, **opts)
   loss, z = _finish([ell_r, ell_c], [lse_r, lse_c], batch=b, temperature=temperature,
-                    stable=stable, lse_square_scale=lse_square_scale)
+                    stable=stable, lse_square_scale=lse_square_scale, arrays=arrays,
+                    tau_plus=tau_plus, label_smoothing=label_smoothing)
   return loss, ContrastiveStats(z, lse_r, lse_c, accuracy_row=_accuracy(s, True, eye, scale),
                                 accuracy_col=_accuracy(s.T, True, eye, scale))
 
@@ -124,6 +131,7 @@ def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
                         label_smoothing=0.0, lse_square_scale=0.0):
   """Dense LiT: CE(S/t, diag) over rows; the image tower is locked (docs/math.md §5)."""
   x, y = text_features, lax.stop_gradient(image_features)
+  arrays = dict(text_features=x, image_features=y)
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
   b = x.shape[0]
@@ -132,7 +140,8 @@ def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
   ell, lse = _softmaxes(s, True, True, eye, scale, n_neg=b - 1, tau=_tau(tau_plus),
                         eps=label_smoothing)
   loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
-                    lse_square_scale=lse_square_scale)
+                    lse_square_scale=lse_square_scale, arrays=arrays, tau_plus=tau_plus,
+                    label_smoothing=label_smoothing)
   return loss, ContrastiveStats(z, lse, None, accuracy_row=_accuracy(s, True, eye, scale))
 
 
@@ -142,6 +151,7 @@ def lit_loss(text_features, image_features, **kwargs):
 
 def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, stable,
            tau_plus, label_smoothing, lse_square_scale):
+  arrays = dict(query_features=q, doc_features=d, hard_negatives=h)
   if not normalized_inputs:
     q, d = normalize(q), normalize(d)
     h = None if h is None else normalize(h)
@@ -170,7 +180,8 @@ def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, s
   ell, lse = _softmaxes(raw, nominal, keep, is_pos, scale, n_neg=n_neg, tau=_tau(tau_plus),
                         eps=label_smoothing)
   loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
-                    lse_square_scale=lse_square_scale)
+                    lse_square_scale=lse_square_scale, arrays=arrays, tau_plus=tau_plus,
+                    label_smoothing=label_smoothing, margin=margin)
   return loss, ContrastiveStats(z, lse, None,
                                 accuracy_row=_accuracy(raw, keep, is_pos, scale))
 

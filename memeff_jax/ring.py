@@ -1,5 +1,5 @@
-"""The ring: per-shard drivers of the block statistics and their gradients, and
-``sharded``, the shard_map convenience wrapper for callers holding global arrays.
+"""The ring: per-shard drivers of the block statistics and their gradients (the
+shard_map wrapper for callers holding global arrays is ``sharding.sharded``).
 
 Inside ``shard_map`` each device holds a contiguous shard of both towers. The
 column tower travels around the ring with ``lax.ppermute`` (i -> i + 1): at hop h
@@ -14,14 +14,13 @@ backward ring is explicit here. Without an axis the ring has one device and one 
 from __future__ import annotations
 
 import functools
-from typing import Callable, Hashable, NamedTuple
+from typing import NamedTuple
 
-import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.sharding import Mesh, PartitionSpec as P
 
 from memeff_jax._compat import to_varying, varying_axes
+from memeff_jax._terms import glue_dtype, log_add_exp
 
 
 class Need(NamedTuple):
@@ -32,18 +31,6 @@ class Need(NamedTuple):
   scale: bool
   x_tab: bool
   y_tab: bool
-
-
-def check_axis(axis_name) -> None:
-  """A clear error when a loss gets an axis_name outside shard_map."""
-  if axis_name is None:
-    return
-  try:
-    lax.axis_index(axis_name)
-  except NameError as e:
-    raise ValueError(f"axis_name={axis_name!r} is not bound here: call the loss inside "
-                     f"jax.shard_map over a mesh with that axis, or wrap it with "
-                     f"memeff_jax.sharded") from e
 
 
 def _ring(axis_name):
@@ -83,13 +70,13 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab):
     y_vis, yt_vis, lse_row, lse_col, max_row, max_col = carry
     y_next, yt_next = shift((y_vis, yt_vis)) if send else (y_vis, yt_vis)
     r, c, r_max, c_max = hop(h, y_vis, yt_vis)
-    lse_row, max_row = jnp.logaddexp(lse_row, r), jnp.maximum(max_row, r_max)
+    lse_row, max_row = log_add_exp(lse_row, r), jnp.maximum(max_row, r_max)
     if spec.two_sided:   # the column partials ride with their block and arrive home
-      lse_col, max_col = shift((jnp.logaddexp(lse_col, c), jnp.maximum(max_col, c_max)))
+      lse_col, max_col = shift((log_add_exp(lse_col, c), jnp.maximum(max_col, c_max)))
     return y_next, yt_next, lse_row, lse_col, max_row, max_col
 
   k = () if spec.dims is None else (len(spec.dims),)
-  full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, jnp.float32), axis)
+  full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, glue_dtype(x.dtype)), axis)
   cols = full(m) if spec.two_sided else None
   init = (y, y_tab, full(n), cols, full(n), cols)
   return _lap(size, step, init)[2:]
@@ -109,7 +96,7 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
   n, m = x.shape[0], y.shape[0]
   want_y = (not sym) and (need.y or need.y_tab)
   want_x = need.x or need.x_tab or (need.scale and not want_y)
-  acc = x.dtype if size == 1 else jnp.float32
+  acc = x.dtype if size == 1 else glue_dtype(x.dtype)
   # sum_j c_ij s_ij feeds the temperature's and the tables' gradients: from the x
   # pass when it runs, else from the y pass.
   cs_x = want_x and (need.scale or need.x_tab)
@@ -122,7 +109,7 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
   def pass_y(y_vis, yt_vis, col_vis, src):   # rows of y: the same coefficients, transposed
     return be.bwd(y_vis, x, scale, row=col_vis, col=row, x_tab=yt_vis, y_tab=x_tab,
                   offsets=(src * m, me * n), spec=spec, want_cs=cs_y,
-                  out_dtype=y.dtype if size == 1 else jnp.float32)
+                  out_dtype=y.dtype if size == 1 else glue_dtype(y.dtype))
 
   dx = sx = dy = sy = None
   if size == 1:
@@ -131,7 +118,7 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
     if want_y:
       dy, sy = pass_y(y, y_tab, col, 0)
   else:
-    zeros = lambda shape: to_varying(jnp.zeros(shape, jnp.float32), axis)
+    zeros = lambda shape: to_varying(jnp.zeros(shape, glue_dtype(x.dtype)), axis)
     k = () if spec.dims is None else (len(spec.dims),)
 
     add = lambda a, b: None if a is None else a + b
@@ -167,47 +154,3 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
   dx = dx.astype(x.dtype) if need.x else None
   dy = dy.astype(y.dtype) if (need.y and not sym) else None
   return dx, dy, dscale, dx_tab, dy_tab
-
-
-def sharded(loss_fn: Callable, mesh: Mesh, axis_name: Hashable) -> Callable:
-  """Run ``loss_fn`` over global arrays sharded along ``axis_name`` of ``mesh``.
-
-  Returns ``f(*arrays, **kwargs)``: every array argument with a leading batch axis
-  (positional, or a keyword such as a per-row ``tau_plus``) is split along it into
-  contiguous shards, 0-d arrays (a learnable temperature) are replicated, and
-  ``loss_fn(..., axis_name=axis_name)`` runs once per device under
-  ``jax.shard_map``. The loss comes back replicated; per-row statistics come back
-  as global arrays sharded along ``axis_name``. Differentiate ``f`` directly: its
-  gradients are those of the global loss.
-
-  Raises:
-    ValueError: if the global batch does not split into equal shards.
-  """
-  size = mesh.shape[axis_name]
-
-  def spec_of(v):
-    return P() if jnp.ndim(v) == 0 else P(axis_name)
-
-  def f(*args, **kwargs):
-    arrays = {k: v for k, v in kwargs.items() if isinstance(v, (jax.Array, jnp.ndarray))}
-    static = {k: v for k, v in kwargs.items() if k not in arrays}
-    for name, v in [(f"argument {i}", a) for i, a in enumerate(args)] + list(arrays.items()):
-      if v is not None and jnp.ndim(v) > 0 and v.shape[0] % size:
-        raise ValueError(f"{name} with shape {v.shape} does not split into {size} equal "
-                         f"shards along axis {axis_name!r} (batch % devices != 0)")
-
-    def per_shard(args, arrays):
-      return loss_fn(*args, **arrays, **static, axis_name=axis_name)
-
-    local = lambda v: jax.ShapeDtypeStruct((v.shape[0] // size,) + v.shape[1:], v.dtype) \
-        if jnp.ndim(v) > 0 else jax.ShapeDtypeStruct(jnp.shape(v), jnp.result_type(v))
-    # The output structure does not depend on the ring: trace it on one shard.
-    shapes = jax.eval_shape(lambda a, k: loss_fn(*a, **k, **static, axis_name=None),
-                            jax.tree.map(local, args), jax.tree.map(local, arrays))
-    in_specs = (jax.tree.map(spec_of, args), jax.tree.map(spec_of, arrays))
-    # check_vma=True: JAX tracks which values vary over the axis, which is what
-    # makes a replicated loss differentiate to the global loss's local gradient.
-    return jax.shard_map(per_shard, mesh=mesh, in_specs=in_specs,
-                         out_specs=jax.tree.map(spec_of, shapes), check_vma=True)(args, arrays)
-
-  return f

@@ -47,10 +47,14 @@ def test_clip_lit_vs_loops(lit, opts, b, d, t):
   tau = opts.get("tau")
   if tau == "rows":
     tau = np.random.default_rng(2).uniform(0, 0.5, b)
+  fn = reference.lit_loss_with_stats if lit else reference.clip_loss_with_stats
+  if b == 1 and tau is not None:   # no negatives to debias (tests/test_catalogue.py)
+    with pytest.raises(ValueError, match="tau_plus needs negatives"):
+      fn(jnp.asarray(x), jnp.asarray(y), tau_plus=tau)
+    return
   expect, z = _naive.clip(x, y, t, tau=tau, eps=opts.get("eps", 0.0),
                           z_scale=opts.get("z_scale", 0.0),
                           normalized=opts.get("normalized", False), lit=lit)
-  fn = reference.lit_loss_with_stats if lit else reference.clip_loss_with_stats
   with jax.enable_x64(True):
     loss, stats = fn(jnp.asarray(x), jnp.asarray(y), temperature=t,
                      tau_plus=0.0 if tau is None else (tau if np.ndim(tau) == 0 else
@@ -240,9 +244,9 @@ def test_matryoshka_validation():
   with pytest.raises(ValueError, match="one entry per dim"):
     reference.matryoshka(reference.clip_loss, (2, 4), weights=(1.0,))
   x = jnp.ones((2, 4))
-  with pytest.raises(ValueError, match="dims\\[-1\\]"):
+  with pytest.raises(ValueError, match="dims must not exceed the feature size 4"):
     reference.matryoshka(reference.clip_loss, (2, 8))(x, x)
   with pytest.raises(ValueError, match="normalized_inputs"):
     reference.matryoshka(reference.clip_loss, (2, 4))(x, x, normalized_inputs=True)
-  with pytest.raises(ValueError, match="dims\\[-1\\] == features"):
+  with pytest.raises(ValueError, match="dims must end at the feature size 4"):
     reference.matryoshka_fused(reference.clip_loss, x, x, dims=(2,))

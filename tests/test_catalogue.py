@@ -1,0 +1,380 @@
+"""The catalogue of bad inputs (issue 11): each one and what it gives.
+
+Static values raise at trace time, naming the argument: shapes and config a
+ValueError, types and dtypes a TypeError. Values only known at run time (traced
+hyperparameters, non-finite features) give a NaN loss and NaN gradients, the same on
+blockwise, interpret and reference and through the ring, never a finite value, and
+under checkify an error naming the argument. Tiny shapes, mostly eager (the op cache
+keeps the ~100 cases fast).
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.experimental import checkify
+from jax.sharding import Mesh, PartitionSpec as P
+
+import memeff_jax as mj
+from memeff_jax import KernelConfig, reference
+
+# Triton's interpreter computes on NaN on purpose here.
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+B, D, K = 6, 8, 2
+BACKENDS = ["blockwise", "interpret", "reference"]
+NAMES = {mj.clip_loss: ("image_features", "text_features"),
+         mj.lit_loss: ("text_features", "image_features"),
+         mj.qwen3_loss: ("query_features", "doc_features"),
+         mj.lit_qwen3_loss: ("query_features", "doc_features")}
+
+
+def _data(seed=0):
+  r = np.random.default_rng(seed)
+  x = r.standard_normal((B, D))
+  y = x + 0.5 * r.standard_normal((B, D))
+  h = y[:, None] + 0.7 * r.standard_normal((B, K, D))
+  return [jnp.asarray(v, jnp.float32) for v in (x, y, h)]
+
+
+def _mesh(n, name="batch"):
+  return Mesh(np.array(jax.devices()[:n]), (name,))
+
+
+# --- trace time: ValueError / TypeError naming the argument --------------------------
+
+X = jnp.ones((4, 8), jnp.float32)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,kwargs,err,pattern", [
+    # flags are bools ("False" is truthy; None is not False)
+    (mj.clip_loss, dict(normalized_inputs="False"), TypeError,
+     "normalized_inputs must be a bool, got normalized_inputs='False'"),
+    (mj.lit_loss, dict(stable="no"), TypeError, "stable must be a bool"),
+    (mj.clip_loss, dict(stable=None), TypeError, "stable must be a bool, got stable=None"),
+    (mj.clip_loss, dict(deterministic=1), TypeError, "deterministic must be a bool"),
+    (mj.qwen3_loss, dict(use_qq_negatives="no"), TypeError, "use_qq_negatives must be a bool"),
+    (mj.qwen3_loss, dict(use_dd_negatives=None), TypeError, "use_dd_negatives must be a bool"),
+    (mj.lit_qwen3_loss, dict(use_qq_negatives=np.bool_(True)), TypeError,
+     "use_qq_negatives must be a bool"),
+    # config is a KernelConfig or None
+    (mj.clip_loss, dict(config={"blockwise_tile": 8}), TypeError,
+     "config must be a memeff_jax.KernelConfig or None, got dict"),
+    (mj.qwen3_loss, dict(config="fast"), TypeError, "config must be a memeff_jax.KernelConfig"),
+    # Python numbers out of range, NaN and inf included
+    (mj.clip_loss, dict(temperature=float("nan")), ValueError, "temperature must be > 0"),
+    (mj.clip_loss, dict(temperature=float("inf")), ValueError, "temperature must be finite"),
+    (mj.qwen3_loss, dict(margin=float("nan")), ValueError, "margin must be >= 0.0"),
+    (mj.lit_loss, dict(tau_plus=float("nan")), ValueError, "tau_plus must be \\[0.0, 1.0\\)"),
+    (mj.clip_loss, dict(label_smoothing=float("nan")), ValueError, "label_smoothing must be"),
+    (mj.clip_loss, dict(lse_square_scale=float("nan")), ValueError, "lse_square_scale must be"),
+])
+def test_static_values_raise(backend, fn, kwargs, err, pattern):
+  with pytest.raises(err, match=pattern):
+    fn(X, X, backend=backend, **kwargs)
+
+
+def test_config_with_reference_raises():
+  # The dense reference runs no kernels: a config would be silently ignored.
+  with pytest.raises(ValueError, match="config has no effect with backend='reference'"):
+    mj.clip_loss(X, X, backend="reference", config=KernelConfig())
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,arrays", [
+    (mj.clip_loss, [(1, D), (1, D)]),
+    (mj.lit_loss, [(1, D), (1, D)]),
+    (mj.qwen3_loss, [(1, D), (1, D)]),
+])
+@pytest.mark.parametrize("tau", [0.1, "rows"])
+def test_tau_plus_without_negatives_raises(backend, fn, arrays, tau):
+  # A global batch of 1 has no negatives to debias (it used to give NaN or 0.0).
+  a = [jnp.ones(s, jnp.float32) for s in arrays]
+  tau = jnp.full((1,), 0.1) if tau == "rows" else tau
+  with pytest.raises(ValueError, match="tau_plus needs negatives, but a global batch of 1"):
+    fn(*a, tau_plus=tau, backend=backend)
+
+
+def test_tau_plus_batch_one_with_hard_negatives_is_fine():
+  x, y, h = (v[:1] for v in _data())
+  got = mj.qwen3_loss(x, y, h, tau_plus=0.1, temperature=1.0, backend="blockwise")
+  want = reference.qwen3_loss(x, y, h, tau_plus=0.1, temperature=1.0)
+  assert want > 1e-3
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("fn", [mj.clip_loss, mj.qwen3_loss])
+@pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])
+def test_float8_is_a_type_error(fn, dtype):
+  a = jnp.ones((4, 8), dtype)
+  with pytest.raises(TypeError, match=f"{NAMES[fn][0]} must be float16, bfloat16, float32 or "
+                     f"float64.*float8"):
+    fn(a, a, backend="blockwise")
+
+
+def test_float8_hard_negatives_is_a_type_error():
+  with pytest.raises(TypeError, match="hard_negatives must be float16, bfloat16, float32"):
+    mj.qwen3_loss(X, X, jnp.ones((4, 2, 8), jnp.float8_e4m3fn), backend="blockwise")
+
+
+def test_numpy_float64_under_grad_without_x64():
+  # jax.grad converts only the differentiated argument; the loss converts the others
+  # alike, so no "must have the same dtype" error, and the result is the fp32 one.
+  x, y, _ = (np.asarray(v, np.float64) for v in _data())
+  g = jax.grad(lambda a: mj.clip_loss(a, y, backend="blockwise"))(x)
+  want = jax.grad(lambda a: mj.clip_loss(a, jnp.asarray(y, jnp.float32),
+                                         backend="blockwise"))(jnp.asarray(x, jnp.float32))
+  assert g.dtype == jnp.float32
+  np.testing.assert_allclose(g, want, rtol=1e-6)
+  mj.qwen3_loss(x, y, np.zeros((B, K, D)), backend="reference")   # three numpy arrays
+
+
+def test_float64_on_the_triton_backends_is_a_type_error():
+  with jax.enable_x64(True):
+    a = jnp.ones((4, 8), jnp.float64)
+    with pytest.raises(TypeError, match="backend='interpret' computes in float16, bfloat16 or "
+                       "float32, got float64"):
+      mj.clip_loss(a, a, backend="interpret")
+
+
+# --- run time: NaN loss and NaN gradients, never a finite value -----------------------
+
+def _set(i, idx, value):
+  return lambda arrays: [a.at[idx].set(value) if j == i else a for j, a in enumerate(arrays)]
+
+
+_KEEP = lambda arrays: arrays
+# name -> (loss, number of arrays, how to corrupt them, traced keywords, locked arrays)
+POISON = {
+    "temperature<0": (mj.clip_loss, 2, _KEEP, dict(temperature=-1.0), ()),
+    "temperature=nan": (mj.qwen3_loss, 3, _KEEP, dict(temperature=np.nan), ()),
+    "temperature=inf": (mj.lit_loss, 2, _KEEP, dict(temperature=np.inf), (1,)),
+    "margin<0": (mj.qwen3_loss, 3, _KEEP, dict(margin=-3.0), ()),
+    "margin=nan": (mj.lit_qwen3_loss, 3, _KEEP, dict(margin=np.nan), (1, 2)),
+    "tau_rows<0": (mj.clip_loss, 2, _KEEP, dict(tau_plus=np.r_[[0.1] * 2, -0.01, [0.1] * 3]), ()),
+    "tau_rows_nan": (mj.lit_loss, 2, _KEEP, dict(tau_plus=np.r_[np.nan, [0.1] * 5]), (1,)),
+    "tau_0d=1": (mj.qwen3_loss, 3, _KEEP, dict(tau_plus=np.ones(())), ()),
+    "smoothing=1": (mj.clip_loss, 2, _KEEP, dict(label_smoothing=1.0), ()),
+    "z_scale<0": (mj.lit_loss, 2, _KEEP, dict(lse_square_scale=-1.0), (1,)),
+    "x_nan": (mj.clip_loss, 2, _set(0, (3, 1), np.nan), {}, ()),
+    "locked_inf": (mj.lit_loss, 2, _set(1, (4, 2), np.inf), {}, (1,)),
+    "hard_negative_nan": (mj.qwen3_loss, 3, _set(2, (1, 1, 3), np.nan), {}, ()),
+    "locked_hard_negative_nan": (mj.lit_qwen3_loss, 3, _set(2, (5, 0, 0), np.nan), {}, (1, 2)),
+    "matryoshka_temperature<0": (mj.clip_loss, 2, _KEEP, dict(temperature=-0.5), ()),
+}
+# Matryoshka rides along with the last case.
+_EXTRA = {"matryoshka_temperature<0": dict(matryoshka_dims=(4, D))}
+
+
+def _value_and_grads(fn, arrays, traced, backend, **static):
+  n, names = len(arrays), list(traced)
+  f = lambda *a: fn(*a[:n], backend=backend, **dict(zip(names, a[n:])), **static)
+  values = [jnp.asarray(v, jnp.float32) for v in traced.values()]
+  return jax.value_and_grad(f, argnums=tuple(range(n + len(values))))(*arrays, *values)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(POISON))
+def test_nan_loss_and_nan_gradients(backend, case):
+  fn, n, corrupt, traced, locked = POISON[case]
+  arrays = corrupt(_data()[:n])
+  loss, grads = _value_and_grads(fn, arrays, traced, backend, **_EXTRA.get(case, {}))
+  assert np.isnan(loss), float(loss)
+  for i, g in enumerate(grads):
+    if i in locked:   # a locked tower keeps its exact zero gradient
+      assert np.all(np.asarray(g) == 0), (i, g)
+    else:
+      assert np.all(np.isnan(g)), (i, g)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("fn,n,traced", [
+    (mj.qwen3_loss, 3, dict(margin=np.inf, temperature=0.05)),   # inf margin: no mask
+    (mj.clip_loss, 2, dict(tau_plus=np.linspace(0.0, 0.9, B), label_smoothing=0.1,
+                           lse_square_scale=0.0)),
+    (mj.lit_qwen3_loss, 3, dict(tau_plus=np.zeros(()), margin=0.0)),
+])
+def test_in_range_traced_values_stay_finite(backend, fn, n, traced):
+  arrays = _data()[:n]
+  loss, grads = _value_and_grads(fn, arrays, traced, backend)
+  ref, ref_grads = _value_and_grads(fn, arrays, traced, "reference")
+  np.testing.assert_allclose(loss, ref, rtol=2e-5)
+  for g, r in zip(grads, ref_grads):
+    assert np.all(np.isfinite(g))
+    np.testing.assert_allclose(g, r, rtol=2e-4, atol=2e-5)
+
+
+def test_nan_under_jit():
+  x, y, h = _data()
+  h = h.at[2, 0, 1].set(np.nan)
+  for backend in BACKENDS:
+    f = jax.jit(jax.value_and_grad(
+        lambda q, d, hh, m: mj.qwen3_loss(q, d, hh, margin=m, backend=backend), (0, 1, 2, 3)))
+    loss, grads = f(x, y, h, jnp.float32(0.1))
+    assert np.isnan(loss) and all(np.all(np.isnan(g)) for g in grads), backend
+
+
+def test_nan_through_the_ring():
+  # A bad value on one device poisons every device's loss and every gradient shard.
+  x, y, h = _data(1)
+  x, y, h = (jnp.concatenate([v, v]) for v in (x, y, h))     # 12 rows
+  tau = np.full(2 * B, 0.1)
+  tau[7] = -0.5
+  ring = mj.sharded(lambda *a, tau_plus, axis_name: mj.qwen3_loss(
+      *a, tau_plus=tau_plus, axis_name=axis_name, backend="blockwise"), _mesh(4), "batch")
+  for arrays, t in [((x, y, h.at[9, 1, 2].set(np.nan)), np.full(2 * B, 0.1)),
+                    ((x, y, h), tau)]:
+    loss, grads = jax.value_and_grad(lambda *a: ring(*a, tau_plus=t), (0, 1, 2))(*arrays)
+    assert np.isnan(loss) and all(np.all(np.isnan(g)) for g in grads)
+
+
+@pytest.mark.parametrize("backend,fn,n,traced,pattern", [
+    ("blockwise", mj.clip_loss, 2, dict(temperature=-0.1),
+     "temperature must be finite and > 0, got temperature=-0.1"),
+    ("reference", mj.qwen3_loss, 3, dict(margin=np.nan),
+     "margin must be >= 0 \\(not NaN\\), got margin=nan"),
+    ("interpret", mj.lit_loss, 2, dict(tau_plus=np.r_[0.1, 1.5, [0.1] * 4]),
+     "tau_plus must be in \\[0, 1\\)"),
+    ("blockwise", mj.clip_loss, 2, dict(label_smoothing=0.1, lse_square_scale=np.inf),
+     "lse_square_scale must be finite"),
+])
+def test_checkify_names_the_argument(backend, fn, n, traced, pattern):
+  arrays = _data()[:n]
+  values = [jnp.asarray(v, jnp.float32) for v in traced.values()]
+  f = lambda *a: fn(*a[:n], backend=backend, **dict(zip(traced, a[n:])))
+  err, loss = checkify.checkify(f)(*arrays, *values)
+  assert np.isnan(loss)
+  with pytest.raises(checkify.JaxRuntimeError, match=pattern):
+    err.throw()
+  f(*arrays, *values)   # a no-op without checkify: no error, a NaN loss
+
+
+def test_checkify_names_the_non_finite_array():
+  checked = jax.jit(checkify.checkify(jax.grad(
+      lambda *a: mj.qwen3_loss(*a, backend="blockwise"))))
+  for i, name in enumerate(["query_features", "doc_features", "hard_negatives"]):
+    err, _ = checked(*_set(i, (0, 0) if i < 2 else (0, 0, 0), np.nan)(_data()))
+    with pytest.raises(checkify.JaxRuntimeError, match=f"{name} must be finite"):
+      err.throw()
+
+
+def test_checkify_through_sharded():
+  x, y, _ = _data()
+  ring = mj.sharded(mj.clip_loss, _mesh(2), "batch")
+  err, loss = checkify.checkify(lambda a, b: ring(a, b, backend="blockwise"))(
+      x, y.at[4, 0].set(np.nan))
+  assert np.isnan(loss)
+  with pytest.raises(checkify.JaxRuntimeError, match="text_features must be finite"):
+    err.throw()
+
+
+# --- sharded and the ring: clear errors -------------------------------------------
+
+@pytest.mark.parametrize("axis", ["wrong", ("data", "model")])
+def test_sharded_unknown_axis(axis):
+  mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "fsdp"))
+  with pytest.raises(ValueError, match=re.escape(f"axis_name={axis!r}: the mesh has axes "
+                                                 f"('data', 'fsdp')")):
+    mj.sharded(mj.clip_loss, mesh, axis)
+
+
+@pytest.mark.parametrize("a,b,pattern", [
+    ((16, 8), (8, 8), "same batch size, got image_features.shape=\\(16, 8\\) and "
+                      "text_features.shape=\\(8, 8\\)"),
+    ((16, 8), (16, 7), "same feature dim, got image_features.shape=\\(16, 8\\)"),
+    ((10, 8), (10, 8), "image_features with shape \\(10, 8\\) does not split into 4 equal "
+                       "shards along mesh axis 'batch'"),
+])
+def test_sharded_errors_name_the_global_shapes(a, b, pattern):
+  with pytest.raises(ValueError, match=pattern):
+    mj.sharded(mj.clip_loss, _mesh(4), "batch")(jnp.ones(a), jnp.ones(b), backend="blockwise")
+
+
+def test_sharded_per_row_tau_error_names_the_global_shape():
+  x = jnp.ones((16, 8))
+  with pytest.raises(ValueError, match="tau_plus must have shape \\(batch,\\)=\\(16,\\), got "
+                     "tau_plus.shape=\\(8,\\)"):
+    mj.sharded(mj.clip_loss, _mesh(4), "batch")(x, x, tau_plus=np.full(8, 0.1),
+                                                backend="blockwise")
+
+
+@pytest.mark.parametrize("axis_name", ["batch", ("batch",)])
+def test_replicated_inputs_with_axis_name(axis_name):
+  # P() hands every device the whole batch: the ring would count it W times.
+  x, y, _ = _data()
+  run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name=axis_name, backend="blockwise"),
+                      mesh=_mesh(2), in_specs=(P(), P()), out_specs=P())
+  with pytest.raises(ValueError, match="image_features is replicated over mesh axis 'batch'"):
+    jax.jit(run)(x, y)
+
+
+def test_unbound_axis_in_a_tuple():
+  with pytest.raises(ValueError, match="axis_name=\\('batch', 'model'\\) is not bound"):
+    jax.shard_map(lambda a: mj.clip_loss(a, a, axis_name=("batch", "model"),
+                                         backend="blockwise"),
+                  mesh=_mesh(2), in_specs=P("batch"), out_specs=P())(jnp.ones((4, 8)))
+
+
+# --- second order and transformations ------------------------------------------------
+
+def test_qwen3_hessian_with_a_fully_masked_row():
+  # Row 0's positive is -1 and margin 0 masks every negative; tiles of 2 columns also
+  # leave fully masked tiles in other rows. The Hessian is finite and the reference's.
+  x, y, _ = (v[:5, :4] for v in _data())
+  y = y.at[0].set(-x[0])
+  kw = dict(margin=0.0, use_qq_negatives=True)
+  hess = lambda f: jax.jit(jax.hessian(f))(x)
+  got = hess(lambda a: mj.qwen3_loss(a, y, backend="blockwise",
+                                     config=KernelConfig(blockwise_tile=2), **kw))
+  want = hess(lambda a: reference.qwen3_loss(a, y, **kw))
+  assert np.all(np.isfinite(got))
+  np.testing.assert_allclose(got, want, atol=2e-5 * float(np.max(np.abs(want))))
+
+
+@pytest.mark.parametrize("transform,pattern", [
+    ("vmap", "cannot run under jax.vmap"),
+    ("jacrev", "cannot run under jax.vmap or jax.jacrev"),
+    ("grad_of_grad", "has first-order gradients only"),
+])
+def test_interpret_transforms_are_clear_errors(transform, pattern):
+  x, y, _ = _data()
+  f = lambda a: mj.clip_loss(a, y, backend="interpret")
+  run = {"vmap": lambda: jax.vmap(f)(jnp.stack([x, x])),
+         "jacrev": lambda: jax.jacrev(lambda a: jnp.stack([f(a), 2 * f(a)]))(x),
+         "grad_of_grad": lambda: jax.grad(lambda a: jnp.sum(jax.grad(f)(a) ** 2))(x)}[transform]
+  with pytest.raises(NotImplementedError, match=f"backend='interpret' {pattern}"):
+    run()
+
+
+# --- float64 --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fn,n,kw", [
+    (mj.clip_loss, 2, dict(label_smoothing=0.1, lse_square_scale=1e-2, tau_plus="rows")),
+    (mj.qwen3_loss, 3, dict(use_qq_negatives=True, use_dd_negatives=True, tau_plus=0.1,
+                            matryoshka_dims=(4, D))),
+])
+def test_float64_in_float64(fn, n, kw):
+  # With x64 on, float64 features give a float64 loss computed in float64 on the
+  # blockwise and reference backends: they agree to ~1e-15, far below fp32 rounding.
+  with jax.enable_x64(True):
+    arrays = [jnp.asarray(np.asarray(a), jnp.float64) for a in _data(3)[:n]]
+    if kw.get("tau_plus") == "rows":
+      kw = dict(kw, tau_plus=jnp.linspace(0.0, 0.5, B))
+
+    def both(*a):
+      g = lambda be: jax.value_and_grad(lambda *b: fn(*b[:-1], temperature=b[-1], backend=be,
+                                                      **kw), tuple(range(n + 1)))(*a)
+      return g("blockwise"), g("reference")
+
+    (loss, grads), (want, want_grads) = jax.jit(both)(*arrays, jnp.float64(0.5))
+    assert loss.dtype == want.dtype == jnp.float64
+    assert all(g.dtype == jnp.float64 for g in (*grads, *want_grads))
+    np.testing.assert_allclose(loss, want, rtol=1e-13)
+    for g, w in zip(grads, want_grads):
+      np.testing.assert_allclose(g, w, rtol=0, atol=1e-13 * (1 + float(np.max(np.abs(w)))))
+    f32 = [a.astype(jnp.float32) for a in arrays]   # float32 stays float32 with x64 on
+    assert jax.eval_shape(lambda *a: fn(*a, backend="blockwise"), *f32).dtype == jnp.float32
+    assert jax.eval_shape(lambda *a: fn(*a, backend="reference"), *f32).dtype == jnp.float32
