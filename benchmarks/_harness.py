@@ -1,6 +1,8 @@
 """Benchmark plumbing: warm-up, block_until_ready, median timing, compiled memory, CSV.
 
 Each bench_* script defines its setups and providers and reads sizes from the CLI.
+jax is imported where it is used: the PyTorch baseline (bench_ring_memeff.py) and the
+renderer use only the rows and the CSV writer.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ import statistics
 import sys
 import time
 from typing import Callable
-
-import jax
 
 
 @dataclasses.dataclass
@@ -30,8 +30,39 @@ class Result:
   note: str = ""
 
 
+@dataclasses.dataclass
+class RingResult:
+  """One row of the multi-GPU benchmarks (bench_ring.py, bench_ring_memeff.py)."""
+  series: str                      # "strong" (fixed global batch), "weak" (fixed per GPU), "check"
+  bench: str
+  provider: str                    # "memeff_jax" or "memeff"
+  devices: int
+  batch: int                       # global batch
+  dim: int
+  dtype: str
+  ms: float | None = None          # median fwd+bwd wall time
+  ms_min: float | None = None
+  efficiency: float | None = None  # scaling_efficiency against the 1-device time
+  extra_gib: float | None = None   # per GPU: memory on top of the inputs, gradients included
+  mem_source: str = ""             # how extra_gib was read: "compiled" or "allocator"
+  peak_gib: float | None = None    # per GPU: the allocator's peak in use, inputs included
+  tflops: float | None = None      # per GPU
+  note: str = ""
+
+
+def scaling_efficiency(series: str, devices: int, t1: float | None,
+                       tn: float | None) -> float | None:
+  """Strong scaling (one global batch B): t1(B) / (n tn(B)). Weak scaling (b rows per
+  device): n t1(b) / tn(n b), since each device's work, b rows against n b columns,
+  grows n-fold. t1 is the 1-device time; 1.0 is perfect scaling."""
+  if not t1 or not tn:
+    return None
+  return t1 / (devices * tn) if series == "strong" else devices * t1 / tn
+
+
 def time_jax(fn: Callable, *args, reps: int = 10, warmup: int = 2) -> list[float]:
   """Milliseconds of ``reps`` calls after ``warmup`` (each waits for its outputs)."""
+  import jax  # pylint: disable=g-import-not-at-top
   for _ in range(warmup):
     jax.block_until_ready(fn(*args))
   times = []
@@ -57,24 +88,25 @@ def summarize(r: Result, times: list[float], flops: float | None) -> Result:
 
 
 class Writer:
-  """Appends results to a CSV (and echoes a compact line) as they come."""
+  """Appends results to a CSV (and echoes a compact line) as they come. The rows are
+  of one dataclass (Result or RingResult); its fields are the CSV's columns."""
 
   def __init__(self, path: str | None):
     self.path, self.rows = path, []
 
-  def add(self, r: Result) -> None:
+  def add(self, r: Result | RingResult) -> None:
     self.rows.append(r)
     print("RESULT " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
                                   for k, v in dataclasses.asdict(r).items()}), flush=True)
     if self.path:
       with open(self.path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=[fl.name for fl in dataclasses.fields(Result)])
+        w = csv.DictWriter(f, fieldnames=[fl.name for fl in dataclasses.fields(r)])
         w.writeheader()
         for row in self.rows:
           w.writerow(dataclasses.asdict(row))
 
 
-def guarded(writer: Writer, r: Result, body: Callable[[], Result]) -> None:
+def guarded(writer: Writer, r: Result | RingResult, body: Callable[[], Result]) -> None:
   """Run one measurement; an OOM or failure is recorded, not fatal."""
   try:
     writer.add(body())

@@ -40,6 +40,10 @@ for _name in ("clip", "lit", "qwen3", "lit_qwen3"):
   LOSSES[f"{_name}_mrl"] = (_fn, _ref, _n, _arg, dict(_kw, matryoshka_dims="ladder"), _g)
 LOSSES["clip_mrl_eager"] = (mj.clip_loss, mj.reference.clip_loss, 2, (0, 1),
                             dict(matryoshka_eager="ladder"), 5)
+# where=: the last tenth of the rows removed (a padded batch); the kernels read the mask.
+for _name in ("clip", "qwen3"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  LOSSES[f"{_name}_where"] = (_fn, _ref, _n, _arg, dict(_kw, where="tenth"), _g)
 
 
 def ladder(d):
@@ -53,6 +57,9 @@ def _with_ladder(fn, kw, d):
     return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
   if kw.get("matryoshka_dims") == "ladder":
     kw["matryoshka_dims"] = ladder(d)
+  if kw.pop("where", None) == "tenth":
+    kept = lambda b: jnp.arange(b) < b - b // 10
+    return lambda *a, **k: fn(*a, **k, **kw, where=kept(a[0].shape[0]))
   return lambda *a, **k: fn(*a, **k, **kw)
 
 

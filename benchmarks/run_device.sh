@@ -7,7 +7,18 @@
 #   table    the README table: B x D for CLIP and LiT, every provider
 #   big      B = 1,048,576
 #   sweep    tile candidates of bench_configs.py
+#   ring     multi-GPU scaling, not in the default STAGES (it wants a machine with several
+#            GPUs): ring_jax then ring_memeff, each also a stage of its own (one device
+#            call each if both do not fit in one). ring_jax: bench_ring.py through sharded
+#            on 1 and all GPUs, with its correctness check (ring_memeff_jax.csv);
+#            ring_memeff: memeff's Distributed* losses under torchrun with 1 process, then
+#            one per GPU (ring_memeff_1.csv, ring_memeff_<N>.csv). RING_BATCH: global batches
+#            (65536,131072); RING_WEAK: rows per GPU of a weak-scaling series (off; memeff
+#            has its points at the process counts RING_MEMEFF_GPUS, default "1 N");
+#            RING_LOSSES, RING_REPS (5); timeouts T_RING (420), T_RING_MEMEFF (240 a run).
+#            Copy the CSVs to benchmarks/results/<gpu>_ring_*.csv for render_tables.py.
 #   source .gpu/setup.sh && STAGES="tests headline" bash benchmarks/run_device.sh
+#   source .gpu/setup.sh && STAGES=ring RING_WEAK=65536 bash benchmarks/run_device.sh
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STAGES=${STAGES:-tests headline mrl table big sweep}
@@ -19,12 +30,14 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$O
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|error" | cut -c1-260; }
 if has tests; then
-  # TEST_IDS: a file of test ids to run instead of all of them (e.g. a rerun).
+  # TEST_IDS: a file of test ids to run instead of all of them (e.g. a rerun);
+  # TEST_PROCS: parallel pytest processes (4).
   python -m pytest --collect-only -q -m gpu tests/test_gpu.py -o addopts="" -p no:cacheprovider \
     | grep "::" > /tmp/gpu_ids
   [ -n "$TEST_IDS" ] && cp "$TEST_IDS" /tmp/gpu_ids
-  for i in 0 1 2 3; do
-    awk -v i=$i 'NR % 4 == i' /tmp/gpu_ids > /tmp/gpu_ids.$i
+  procs=${TEST_PROCS:-4}
+  for i in $(seq 0 $((procs - 1))); do
+    awk -v i=$i -v p=$procs 'NR % p == i' /tmp/gpu_ids > /tmp/gpu_ids.$i
     [ -s /tmp/gpu_ids.$i ] || continue   # an empty shard would run the whole file
     timeout ${T_TESTS:-420} python -m pytest -m gpu $(cat /tmp/gpu_ids.$i) -v -p no:cacheprovider \
       -o addopts="" -rf --tb=short > "$OUT/gpu_tests.$i.log" 2>&1 &
@@ -56,4 +69,20 @@ done
 has big && stage ${T_BIG:-120} python benchmarks/bench_1m.py --losses clip --out "$OUT/big.csv"
 has sweep && stage ${T_SWEEP:-90} python benchmarks/bench_configs.py --batch 65536 \
   --dims ${SWEEP_DIMS:-256,1024} --reps 5 --out "$OUT/configs.csv"
+NGPU=$(nvidia-smi -L | wc -l)
+RING_ARGS="--losses ${RING_LOSSES:-clip,lit,qwen3_qqdd,lit_qwen3,clip_mrl}
+  --batch ${RING_BATCH:-65536,131072} --reps ${RING_REPS:-5} ${RING_WEAK:+--weak $RING_WEAK}"
+if has ring || has ring_jax; then
+  stage ${T_RING:-420} python benchmarks/bench_ring.py $RING_ARGS --devices 1,$NGPU --check \
+    --out "$OUT/ring_memeff_jax.csv"
+fi
+if has ring || has ring_memeff; then
+  # memeff in processes of its own (see above); the 1-process run first: its times are
+  # the baseline of the efficiency of the N-process run.
+  for n in $(echo ${RING_MEMEFF_GPUS:-1 $NGPU} | tr ' ' '\n' | sort -nu); do
+    stage ${T_RING_MEMEFF:-240} python -m torch.distributed.run --standalone --nproc_per_node=$n \
+      benchmarks/bench_ring_memeff.py $RING_ARGS --out "$OUT/ring_memeff_$n.csv" \
+      $([ $n -gt 1 ] && echo --baseline "$OUT/ring_memeff_1.csv")
+  done
+fi
 true

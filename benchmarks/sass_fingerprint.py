@@ -29,9 +29,9 @@ from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-FWD_ARGS = ["*fp32", "*fp32", "*i32", "i32", "i32", "i32", "*fp32", "*fp32", "*fp32", "*fp32"]
-TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32"] + ["*fp32"] * 4
-TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 8 +
+FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32", "i32"] + ["*fp32"] * 4
+TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32"] + ["*fp32"] * 4 + ["i32", "i32"] + ["*fp32"] * 4
+TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 10 +
                             ["i32", "i32", f"*{dt}", "*fp32"])
 MRL_SEGS = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-wide chunks
 BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS"]
@@ -68,10 +68,10 @@ def variants():
     for thr, two in itertools.product(flags, flags):
       yield (f"fwd {dt} {d} thr={thr} two={two}", _lse_fwd_kernel, [f"*{dt}"] * 2 + FWD_ARGS,
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=d, NUM_D=1, ROW_THR=thr,
-                  EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32"), w, st)
+                  EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32", HAS_MASK=False), w, st)
   yield ("fwd chunked fp32 1152", _lse_fwd_kernel, ["*fp32"] * 2 + FWD_ARGS,
          dict(D=1152, BLOCK_M=64, BLOCK_N=64, BLOCK_D=64, NUM_D=18, ROW_THR=True,
-              EXCLUDE_SELF=True, TWO_SIDED=True, PRECISION="ieee"), 8, 3)
+              EXCLUDE_SELF=True, TWO_SIDED=True, PRECISION="ieee", HAS_MASK=True), 8, 3)
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 512, (128, 128, 64, 8, 3)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:
     for thr, excl, two in itertools.product(flags, flags, flags):
@@ -79,35 +79,36 @@ def variants():
              [f"*{dt}"] * 2 + TILE_FWD_ARGS,
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), ROW_THR=thr,
                   EXCLUDE_SELF=excl, TWO_SIDED=two, PRECISION="tf32", K=1, SEGS=-(-d // bk),
-                  HAS_TAB=False), w, st)
+                  HAS_TAB=False, HAS_MASK=two), w, st)
   # Matryoshka, dims (64, 128, 256, 512): one feature walk, an epilogue per dim.
   for thr, two in itertools.product(flags, flags):
     yield (f"mrl tile fwd bf16 512 thr={thr} two={two}", _tile_lse_fwd_kernel,
            ["*bf16"] * 2 + TILE_FWD_ARGS,
            dict(D=512, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
                 EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32", K=4, SEGS=MRL_SEGS,
-                HAS_TAB=True), 8, 3)
+                HAS_TAB=True, HAS_MASK=False), 8, 3)
   for dt, d, (bm, bn, w, st), num_d, block_do in [
       ("bf16", 512, (64, 64, 8, 2), 1, 512), ("bf16", 128, (128, 64, 8, 3), 1, 128),
       ("fp32", 1152, (64, 64, 8, 3), 18, 128)]:
     block_d = d if num_d == 1 else 64
     for case in BWD_CASES:
       yield (f"bwd {dt} {d} {case}", _lse_bwd_kernel,
-             [f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 6 + ["i32"] * 3 + [f"*{dt}", "*fp32"],
+             [f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 8 + ["i32"] * 3 + [f"*{dt}", "*fp32"],
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
                   REUSE_Y=num_d == 1 and block_do == block_d, PRECISION="tf32",
+                  HAS_MASK=case == BWD_CASES[-1],
                   **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:
     for case in BWD_CASES:
       yield (f"tile bwd {dt} {d} {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS(dt),
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), PRECISION="tf32",
-                  K=1, SEGS=-(-d // bk), HAS_TAB=False,
+                  K=1, SEGS=-(-d // bk), HAS_TAB=False, HAS_MASK=False,
                   **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
   for case in BWD_CASES:
     yield (f"mrl tile bwd bf16 512 {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS("bf16"),
            dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_K=8, PRECISION="tf32", K=4,
-                SEGS=MRL_SEGS, HAS_TAB=True, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
+                SEGS=MRL_SEGS, HAS_TAB=True, HAS_MASK=False, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
            8, 3)
 
 

@@ -28,8 +28,8 @@ from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize
 _P = ParamSpec("_P")
 # Keywords every loss takes, in signature order; families add their own (margin, ...).
 SHARED = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
-          "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "axis_name", "backend",
-          "deterministic", "config")
+          "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "where", "axis_name",
+          "backend", "deterministic", "config")
 
 
 class Tower(NamedTuple):
@@ -44,10 +44,11 @@ class Ctx(NamedTuple):
   """Static and traced context of one call, handed to the family's head."""
 
   scale: jax.Array              # 1 / t, 0-d, fp32 (fp64 for fp64 features)
-  batch: int                    # global batch B
+  batch: int | jax.Array        # global batch B (with ``where``: the rows kept, traced)
   dims: tuple[int, ...] | None  # Matryoshka dims (None: one plain "dim")
   spec: Callable[..., BlockSpec]   # BlockSpec factory with backend, ring axis, config
   axis_name: object
+  mask: jax.Array | None = None    # ``where``: bool [n], this device's kept rows
 
   def gsum(self, v):
     return global_sum(v, self.axis_name)
@@ -61,10 +62,15 @@ class Ctx(NamedTuple):
     ones None unless two_sided)."""
     if row_thr is not None and self.dims is None:
       row_thr = row_thr[0]
+    y_mask = None if (y is None or self.mask is None) else self.mask
     out = block_lse(x.v, None if y is None else y.v, self.scale, row_thr, x.tab,
-                    None if y is None else y.tab,
+                    None if y is None else y.tab, self.mask, y_mask,
                     spec=self.spec(dims=self.dims, **spec))
     return tuple(None if o is None else (o if self.dims else o[None]) for o in out)
+
+  def row_sum(self, v: jax.Array) -> jax.Array:
+    """Global sum over the kept rows (the last axis) of a per-row quantity."""
+    return self.gsum(jnp.sum(v if self.mask is None else jnp.where(self.mask, v, 0), axis=-1))
 
   def tower_sum(self, t: Tower) -> jax.Array:
     """[K, D] global sum of the unit (prefix) rows, zero past each dim."""
@@ -117,6 +123,14 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   temperature = _validation.check_temperature(o["temperature"])
   tau_plus = _validation.as_array(o["tau_plus"])
   tau = _validation.check_tau_plus(tau_plus, n, acc)
+  mask = _validation.check_where(o["where"], n)
+  if mask is not None:
+    # A removed row is zeros from here on (whatever it held: padding, NaN): its
+    # gradient is exactly zero and it adds nothing to any sum; the kernels drop it.
+    arrays = [None if a is None else jnp.where(mask.reshape((n,) + (1,) * (a.ndim - 1)), a, 0)
+              for a in arrays]
+    if jnp.ndim(tau_plus) == 1:
+      tau_plus, tau = jnp.where(mask, tau_plus, 0), jnp.where(mask, tau, 0)
   eps = _validation.check_range("label_smoothing", o["label_smoothing"], 0.0, 1.0)
   z_scale = _validation.check_range("lse_square_scale", o["lse_square_scale"], 0.0, None)
   dims, weights = _validation.check_matryoshka(o["matryoshka_dims"], o["matryoshka_weights"], d)
@@ -133,7 +147,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
     ref = functools.partial(family.reference, **own, temperature=temperature,
                             stable=o["stable"], tau_plus=tau_plus,
                             label_smoothing=o["label_smoothing"],
-                            lse_square_scale=o["lse_square_scale"])
+                            lse_square_scale=o["lse_square_scale"], where=mask)
     if dims is None:
       return ref(*arrays, normalized_inputs=o["normalized_inputs"])
     return reference.matryoshka_fused_with_stats(
@@ -152,24 +166,29 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
   towers = [None if a is None else _tower(a, dims) for a in arrays]
-  ctx = Ctx(scale=as_scale(temperature, acc), batch=n * ring_size(axis_name), dims=dims,
-            axis_name=axis_name,
-            spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name,
-                                   config=config))
+  batch = n * ring_size(axis_name)
+  if mask is not None:   # the global batch is the rows kept (traced)
+    batch = global_sum(jnp.sum(mask, dtype=acc), axis_name)
+  ctx = Ctx(scale=as_scale(temperature, acc), batch=batch, dims=dims, axis_name=axis_name,
+            spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name, config=config),
+            mask=mask)
   head = family.head(ctx, towers, **own)
-  _validation.check_negatives(tau, head.n_neg, ctx.batch)
+  if mask is None:
+    _validation.check_negatives(tau, head.n_neg, ctx.batch)
+  elif tau is not None:   # known at run time only: no negatives to debias -> NaN
+    ok = head.n_neg > 0 if ok is None else ok & (head.n_neg > 0)
   pos_logit = ctx.scale * head.pos
   terms = [softmax_terms(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
            for lse in head.lse_neg]
-  per_dim = ctx.gsum(sum(jnp.sum(ell, axis=-1) for ell, _ in terms)) / (len(terms) * ctx.batch)
+  per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)
   if not _is_zero(z_scale):
-    z = z_scale * ctx.gsum(sum(jnp.sum(lse * lse, axis=-1) for _, lse in terms)) / (
-        len(terms) * ctx.batch)
+    z = z_scale * sum(ctx.row_sum(lse * lse) for _, lse in terms) / (len(terms) * ctx.batch)
   if not _is_zero(eps):
     # Smoothed targets over the C = N + 1 nominal candidates (docs/math.md §7.2):
     # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.
-    trace = ctx.gsum(jnp.sum(head.pos, axis=-1))
+    # (Removed rows are zeros: they add nothing to A.)
+    trace = ctx.row_sum(head.pos)
     per_dim = per_dim + eps * ctx.scale / ctx.batch * (trace - head.cross() / (head.n_neg + 1))
   per_dim = per_dim + z
   w = jnp.asarray(weights, acc)
@@ -177,11 +196,13 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
   # In-batch top-1: the positive beats every kept negative (from the kernels' maxima).
-  accuracy = [unk(ctx.gsum(jnp.sum(pos_logit > lax.stop_gradient(mx), axis=-1,
-                                   dtype=jnp.float32)) / ctx.batch) for mx in head.max_neg]
+  accuracy = [unk(ctx.row_sum((pos_logit > lax.stop_gradient(mx)).astype(jnp.float32)) /
+                  ctx.batch).astype(jnp.float32) for mx in head.max_neg]
+  # Removed rows report lse 0.
+  lse_stat = lambda lse: unk(lse if mask is None else jnp.where(mask, lse, 0.0))
   stats = ContrastiveStats(
-      z_loss=jnp.sum(w * z), lse_row=unk(terms[0][1]),
-      lse_col=unk(terms[1][1]) if len(terms) > 1 else None,
+      z_loss=jnp.sum(w * z), lse_row=lse_stat(terms[0][1]),
+      lse_col=lse_stat(terms[1][1]) if len(terms) > 1 else None,
       matryoshka_losses=per_dim if dims else None, accuracy_row=accuracy[0],
       accuracy_col=accuracy[1] if len(accuracy) > 1 else None)
   return loss, stats

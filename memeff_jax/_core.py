@@ -6,6 +6,8 @@ of a similarity block, over its rows and optionally its columns.
              per-prefix inverse-norm tables x_tab [K, n] / y_tab [K, m])
     keep  = [s_ij <= row_thr_i]       (if row_thr is given; raw similarity units)
           & [global i != global j]    (if exclude_self)
+          & x_mask_i & y_mask_j       (if the ``where`` masks are given: a removed row
+                                       or column is in no softmax)
     lse_row_i = log sum_j keep_ij exp(z_ij)          [n]   ([K, n] with dims)
     lse_col_j = log sum_i keep_ij exp(z_ij)          [m]   (two_sided only)
     max_row_i = max_j keep_ij z_ij, max_col_j alike  (no gradient: in-batch accuracy)
@@ -67,46 +69,53 @@ class Side(NamedTuple):
   thr: jax.Array | None
 
 
-def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, *, spec: BlockSpec):
+def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_mask=None, *,
+              spec: BlockSpec):
   """``(lse_row, lse_col, max_row, max_col)`` of the block: the log-normalizers and the
   largest kept logit ``max_j keep_ij z_ij`` of each row and column (-inf if none; no
   gradient, it feeds the in-batch accuracy); the column ones are None unless
-  ``spec.two_sided``."""
+  ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row masks, both or
+  neither (a symmetric block takes ``x_mask`` only)."""
   if (spec.dims is None) != (x_tab is None):
     raise ValueError("prefix dims and inverse-norm tables go together")
   if spec.symmetric != (y is None):
     raise ValueError("symmetric blocks take y=None; other blocks need y")
+  if (y_mask is not None) != (x_mask is not None and not spec.symmetric):
+    raise ValueError("row masks: both or neither (a symmetric block takes x_mask only)")
   with jax.named_scope("memeff/block_lse"):
-    return _op(spec)(x, y, scale, row_thr, x_tab, y_tab)
+    return _op(spec)(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
 
 
 @functools.cache
 def _op(spec: BlockSpec):
 
   @jax.custom_vjp
-  def op(x, y, scale, row_thr, x_tab, y_tab):
-    return ring.forward(spec, x, y, scale, row_thr, x_tab, y_tab)
+  def op(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
+    return ring.forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
 
-  def fwd(x, y, scale, row_thr, x_tab, y_tab):
+  def fwd(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
     val = lambda p: None if p is None else p.value
-    out = ring.forward(spec, val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab))
+    masks = (val(x_mask), val(y_mask))
+    out = ring.forward(spec, val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab),
+                       *masks)
     need = ring.Need(
         x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
         x_tab=(x_tab is not None and x_tab.perturbed),
         y_tab=(y_tab is not None and y_tab.perturbed))
-    res = (val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab)) + out[:2]
+    res = (val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab)) + masks + out[:2]
     return out, (res, need)
 
   def bwd(saved, cts):
-    (x, y, scale, row_thr, x_tab, y_tab, lse_row, lse_col), need = saved
+    (x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, lse_row, lse_col), need = saved
     # The maxima's cotangents (cts[2:]) are dropped: they carry no gradient.
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
-      return (None,) * 6
+      return (None,) * 8
     row = None if g_row is None else Side(_safe(lse_row), g_row, row_thr)
     col = None if g_col is None else Side(_safe(lse_col), g_col, None)
-    dx, dy, dscale, dxt, dyt = ring.backward(spec, need, x, y, scale, x_tab, y_tab, row, col)
-    return dx, dy, dscale, None, dxt, dyt
+    dx, dy, dscale, dxt, dyt = ring.backward(spec, need, x, y, scale, x_tab, y_tab, x_mask,
+                                             y_mask, row, col)
+    return dx, dy, dscale, None, dxt, dyt, None, None
 
   op.defvjp(fwd, bwd, symbolic_zeros=True)
   # Under jit, so that a user's eager shard_map can run it (JAX has no eager

@@ -37,6 +37,13 @@ OPTIONS = {
       per dim, in one pass over the features (docs/math.md §8). None: off.""",
     "matryoshka_weights": """one float per Matryoshka dim (default 1.0 each; not
       normalized). Needs ``matryoshka_dims``.""",
+    "where": """optional bool [batch] mask (numpy or jax; inside a ring this device's
+      [local batch]): the rows to keep. A removed row is gone entirely: not an anchor,
+      not a candidate, not in the mean nor in ``stable``'s B, so the loss equals the
+      loss of the kept rows alone and the removed rows' gradients are exactly zero. For
+      padded last batches under jit and uneven shards (:func:`memeff_jax.sharded`
+      pads and masks by itself). Its ``lse_row`` / ``lse_col`` entries are 0; no kept
+      row at all gives NaN.""",
     "axis_name": """inside ``jax.shard_map``: the mesh axis (or tuple of axes) the
       batch is sharded over. The arrays are this device's contiguous shard; every
       device returns the global loss, and the gradients are the local rows of the

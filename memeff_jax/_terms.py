@@ -48,9 +48,9 @@ class ContrastiveStats(NamedTuple):
 def normalize(v: jax.Array) -> jax.Array:
   """``v / max(||v||, 1e-12)`` along the last axis, rounded once to ``v.dtype``.
 
-  The norm and the quotient are computed in fp32 (fp64 for fp64 inputs). A vector of norm <= 1e-12 is
-  divided by 1e-12 (its gradient is ``g / 1e-12``, no radial term); the double
-  ``where`` keeps the gradient of a zero vector finite.
+  The norm and the quotient are computed in fp32 (fp64 for fp64 inputs). A vector of
+  norm <= 1e-12 is divided by 1e-12 (its gradient is ``g / 1e-12``, no radial term);
+  the double ``where`` keeps the gradient of a zero vector finite.
   """
   v32 = v.astype(jnp.promote_types(v.dtype, jnp.float32))
   sq = jnp.sum(v32 * v32, axis=-1, keepdims=True)
@@ -65,7 +65,8 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
   Args:
     lse_neg: [n] ``log sum exp(logit)`` over the row's kept negatives (-inf if none).
     pos_logit: [n] the positive's logit ``s_pos / t``.
-    n_neg: the nominal negative count N (masked entries keep their place).
+    n_neg: the nominal negative count N (masked entries keep their place); traced
+      with ``where`` (the kept rows set it).
     tau: None for the plain softmax, else the debiasing prior (float or [n]).
     scale: ``1 / t``.
 
@@ -80,7 +81,7 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
   """
   if tau is None:
     ell = jax.nn.softplus(lse_neg - pos_logit)            # log(1 + sum_neg / pos)
-  elif n_neg == 0:                                        # Den = pos: nothing to debias
+  elif isinstance(n_neg, int) and n_neg == 0:            # Den = pos: nothing to debias
     ell = jnp.zeros_like(pos_logit)
   else:
     has_neg = lse_neg > -jnp.inf
@@ -90,7 +91,7 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
     ok = has_neg & (log_c < 0)
     c = jnp.exp(jnp.where(ok, log_c, -1.0))
     log_u_g = d + jnp.log1p(-c) - jnp.log1p(-jnp.asarray(tau, d.dtype))  # log(N g / pos)
-    log_u_f = jnp.log(float(n_neg)) - scale - pos_logit                    # log(N f / pos)
+    log_u_f = jnp.log(jnp.asarray(n_neg, d.dtype)) - scale - pos_logit    # log(N f / pos)
     clamped = ~ok | (log_u_g < log_u_f)                   # strict g < f, docs/math.md §7.1
     ell = jax.nn.softplus(jnp.where(clamped, log_u_f, log_u_g))
   return ell, pos_logit + ell

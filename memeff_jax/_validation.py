@@ -128,6 +128,21 @@ def check_tau_plus(tau, n: int, dtype=jnp.float32):
   return lax.stop_gradient(jnp.asarray(tau, dtype))
 
 
+def check_where(where, n: int):
+  """None, or a bool [batch] array (numpy or jax): the rows the loss keeps."""
+  if where is None:
+    return None
+  where = as_array(where)
+  if not hasattr(where, "shape") or not hasattr(where, "dtype"):
+    raise TypeError(f"where must be a bool [batch] array or None, got {type(where).__name__}")
+  if where.dtype != jnp.bool_:
+    raise TypeError(f"where must be a bool array (True = keep the row), got "
+                    f"where.dtype={where.dtype}")
+  if where.shape != (n,):
+    raise ValueError(f"where must have shape (batch,)=({n},), got where.shape={where.shape}")
+  return where
+
+
 def check_negatives(tau, n_neg: int, batch: int) -> None:
   """Debiasing estimates the negatives' distribution: it needs some."""
   if tau is not None and n_neg == 0:

@@ -19,8 +19,9 @@ MAX_LOGIT_SCALE = 100.0
 
 
 def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, Any],
-              tau_plus=None):
-  """``fn(*arrays, temperature=..., **options)`` with a per-call ``tau_plus`` override.
+              tau_plus=None, where=None):
+  """``fn(*arrays, temperature=..., **options)`` with a per-call ``tau_plus`` override
+  and a per-call ``where`` mask.
 
   ``tau_plus=None`` keeps the value in ``options``. The Matryoshka keywords are left
   out while both are None, so a plain loss call never depends on them.
@@ -28,6 +29,8 @@ def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, An
   opts = dict(options)
   if tau_plus is not None:
     opts["tau_plus"] = tau_plus
+  if where is not None:
+    opts["where"] = where
   if opts.get("matryoshka_dims") is None and opts.get("matryoshka_weights") is None:
     opts.pop("matryoshka_dims", None)
     opts.pop("matryoshka_weights", None)

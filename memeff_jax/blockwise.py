@@ -7,8 +7,8 @@ independent check on the kernels. Readable rather than fast.
 Conventions shared with the kernels (see ``_core``): the block is
 ``z_ij = scale * s_ij`` with ``s_ij = <x_i, y_j>`` (or, with prefix ``dims``,
 ``s^k_ij = a_ik b_jk <x_i[:m_k], y_j[:m_k]>``), entry (i, j) is kept iff
-``s_ij <= row_thr_i`` (when given) and, with ``exclude_self``, global row index !=
-global column index.
+``s_ij <= row_thr_i`` (when given), with ``exclude_self`` global row index !=
+global column index, and with the ``where`` masks row i and column j are both kept.
 """
 
 from __future__ import annotations
@@ -39,9 +39,12 @@ def _sims(x, y_t, x_tab, y_tab_t, dims):
                     for k, m in enumerate(dims)])
 
 
-def _keep(s, rows, cols, col_ok, row_thr, col_thr, exclude_self):
-  """[K, n, t] entries that enter the softmaxes; thresholds are [K, n] / [K, t]."""
+def _keep(s, rows, cols, row_ok, col_ok, row_thr, col_thr, exclude_self):
+  """[K, n, t] entries that enter the softmaxes; thresholds are [K, n] / [K, t], row_ok
+  [n] (or None) and col_ok [t] the rows and columns that are there."""
   keep = jnp.broadcast_to(col_ok[None, None, :], s.shape)
+  if row_ok is not None:
+    keep = keep & row_ok[None, :, None]
   if exclude_self:
     keep = keep & (rows[:, None] != cols[None, :])[None]
   if row_thr is not None:
@@ -81,19 +84,21 @@ class BlockwiseBackend:
 
   name: str = "blockwise"
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(_config(spec).blockwise_tile, m)
     row_thr = _k(row_thr, dims)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
-    starts, (y_s, yt_s) = _tiles(tile, m, (y, -2), (y_tab, -1))
+    x_ok, y_ok = (None, None) if masks is None else masks
+    starts, (y_s, yt_s, ok_s) = _tiles(tile, m, (y, -2), (y_tab, -1), (y_ok, -1))
 
     def body(carry, inp):
       lse_row, max_row = carry
-      j0, y_t, yt_t = inp
+      j0, y_t, yt_t, ok_t = inp
       cols = j0 + jnp.arange(tile, dtype=jnp.int32)
       s = _sims(x, y_t, x_tab, yt_t, dims)
-      keep = _keep(s, rows, offsets[1] + cols, cols < m, row_thr, None, spec.exclude_self)
+      keep = _keep(s, rows, offsets[1] + cols, x_ok, _col_ok(cols, m, ok_t), row_thr, None,
+                   spec.exclude_self)
       z = jnp.where(keep, scale * s, -jnp.inf)
       # An all-masked tile or row: -inf with a zero tangent (finite Hessians).
       lse_row = log_add_exp(lse_row, masked_lse(z, keep, axis=-1))
@@ -104,33 +109,36 @@ class BlockwiseBackend:
     k = 1 if dims is None else len(dims)
     empty = jnp.full((k, n), -jnp.inf, glue_dtype(x.dtype))
     init = vary_like((empty, empty), x, y, scale, offsets[0], offsets[1])
-    (lse_row, max_row), col = lax.scan(body, init, (starts, y_s, yt_s))
+    (lse_row, max_row), col = lax.scan(body, init, (starts, y_s, yt_s, ok_s))
     lse_col = max_col = None
     if spec.two_sided:   # [tiles, K, tile] -> [K, m]
       lse_col, max_col = (_unk(jnp.moveaxis(c, 0, 1).reshape(k, -1)[:, :m], dims) for c in col)
     return _unk(lse_row, dims), lse_col, _unk(max_row, dims), max_col
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, want_cs, out_dtype):
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+          out_dtype):
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]
     tile = min(_config(spec).blockwise_tile, m)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
     r_lse, r_g, r_thr = (_k(v, dims) for v in row) if row is not None else (None,) * 3
     c_lse, c_g, c_thr = (_k(v, dims) for v in col) if col is not None else (None,) * 3
-    starts, (y_s, yt_s, cl_s, cg_s, ct_s) = _tiles(
-        tile, m, (y, -2), (y_tab, -1), (c_lse, -1), (c_g, -1), (c_thr, -1))
+    x_ok, y_ok = (None, None) if masks is None else masks
+    starts, (y_s, yt_s, cl_s, cg_s, ct_s, ok_s) = _tiles(
+        tile, m, (y, -2), (y_tab, -1), (c_lse, -1), (c_g, -1), (c_thr, -1), (y_ok, -1))
 
     def body(carry, inp):
       dx, cs = carry
-      j0, y_t, yt_t, cl_t, cg_t, ct_t = inp
+      j0, y_t, yt_t, cl_t, cg_t, ct_t, ok_t = inp
       cols = j0 + jnp.arange(tile, dtype=jnp.int32)
+      col_ok = _col_ok(cols, m, ok_t)
       s = _sims(x, y_t, x_tab, yt_t, dims)
       z = scale * s
       coef = jnp.zeros_like(s)
       if row is not None:   # row-role softmax: g_i * P_ij
-        keep = _keep(s, rows, offsets[1] + cols, cols < m, r_thr, None, spec.exclude_self)
+        keep = _keep(s, rows, offsets[1] + cols, x_ok, col_ok, r_thr, None, spec.exclude_self)
         coef += jnp.where(keep, r_g[:, :, None] * jnp.exp(z - r_lse[:, :, None]), 0.0)
       if col is not None:   # column-role softmax: g_j * P_ji
-        keep = _keep(s, rows, offsets[1] + cols, cols < m, None, ct_t, spec.exclude_self)
+        keep = _keep(s, rows, offsets[1] + cols, x_ok, col_ok, None, ct_t, spec.exclude_self)
         coef += jnp.where(keep, cg_t[:, None, :] * jnp.exp(z - cl_t[:, None, :]), 0.0)
       cs = cs + jnp.sum(coef * s, axis=-1)
       if dims is None:
@@ -147,8 +155,13 @@ class BlockwiseBackend:
     acc = glue_dtype(x.dtype)   # fp32 accumulators, fp64 for fp64
     init = vary_like((jnp.zeros((n, d), acc), jnp.zeros((k, n), acc)), x, y,
                      scale, offsets[0], offsets[1])
-    (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s))
+    (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s, ok_s))
     return dx.astype(out_dtype), (_unk(cs, dims) if want_cs else None)
+
+
+def _col_ok(cols, m, ok_t):
+  """The tile's columns that are there: in range and (with ``where``) kept."""
+  return (cols < m) if ok_t is None else (cols < m) & ok_t
 
 
 def _unk(v, dims):

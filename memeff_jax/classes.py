@@ -85,7 +85,7 @@ class _Wrapper:
   _function: ClassVar[str]
   _fixed: ClassVar[dict[str, Any]] = {}
 
-  def _call(self, *arrays, tau_plus) -> jax.Array:
+  def _call(self, *arrays, tau_plus, where=None) -> jax.Array:
     opts = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
     temperature = opts.pop("temperature")
     if "dims" in opts:   # memeff's names for the fused Matryoshka options
@@ -94,7 +94,8 @@ class _Wrapper:
     opts.update(self._fixed)
     # Looked up at call time: the package's public functions, whatever module holds them.
     fn = getattr(memeff_jax, self._function)
-    return call_loss(fn, arrays, temperature=temperature, options=opts, tau_plus=tau_plus)
+    return call_loss(fn, arrays, temperature=temperature, options=opts,
+                     tau_plus=tau_plus, where=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -136,7 +137,9 @@ class _DistributedOptions:
 
 _TAU_DOC = """tau_plus: per-call override of the constructor's prior: a float, or a
         per-row ``[batch]`` array (inside ``shard_map``: this device's rows).
-        Keyword-only here (memeff also takes it positionally)."""
+        Keyword-only here (memeff also takes it positionally).
+      where: optional bool ``[batch]`` mask of the rows to keep (padding), as for
+        the functions."""
 
 
 # --- the four plain losses -----------------------------------------------------------------
@@ -156,7 +159,8 @@ class MemoryEfficientCLIPLoss(_Options):
   _function: ClassVar[str] = "clip_loss"
 
   def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of image and text features: a float32 scalar.
 
     Args:
@@ -164,7 +168,7 @@ class MemoryEfficientCLIPLoss(_Options):
       text_features: [batch, d], the softmax columns.
       {tau}
     """
-    return self._call(image_features, text_features, tau_plus=tau_plus)
+    return self._call(image_features, text_features, tau_plus=tau_plus, where=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -182,7 +186,8 @@ class MemoryEfficientLiTLoss(_Options):
   _function: ClassVar[str] = "lit_loss"
 
   def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of text (trained) and image (locked) features: a float32 scalar.
 
     Args:
@@ -190,7 +195,7 @@ class MemoryEfficientLiTLoss(_Options):
       image_features: [batch, d], locked.
       {tau}
     """
-    return self._call(text_features, image_features, tau_plus=tau_plus)
+    return self._call(text_features, image_features, tau_plus=tau_plus, where=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -206,7 +211,8 @@ class MemoryEfficientQwen3Loss(_Qwen3Options):
 
   def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
                hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of queries, documents and optional hard negatives: a float32 scalar.
 
     Args:
@@ -215,7 +221,7 @@ class MemoryEfficientQwen3Loss(_Qwen3Options):
       hard_negatives: optional [batch, k, d].
       {tau}
     """
-    return self._call(query_features, doc_features, hard_negatives, tau_plus=tau_plus)
+    return self._call(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -235,7 +241,8 @@ class MemoryEfficientLiTQwen3Loss(_LiTQwen3Options):
 
   def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
                hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of queries (trained), documents and hard negatives (locked).
 
     Args:
@@ -244,7 +251,7 @@ class MemoryEfficientLiTQwen3Loss(_LiTQwen3Options):
       hard_negatives: optional [batch, k, d], locked.
       {tau}
     """
-    return self._call(query_features, doc_features, hard_negatives, tau_plus=tau_plus)
+    return self._call(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
 
 
 for _cls in (MemoryEfficientCLIPLoss, MemoryEfficientLiTLoss, MemoryEfficientQwen3Loss,
@@ -460,9 +467,10 @@ class StableMemoryEfficientCLIPLoss(_Wrapper):
     _warn_deprecated("StableMemoryEfficientCLIPLoss", "MemoryEfficientCLIPLoss")
 
   def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """As :meth:`MemoryEfficientCLIPLoss.__call__`."""
-    return self._call(image_features, text_features, tau_plus=tau_plus)
+    return self._call(image_features, text_features, tau_plus=tau_plus, where=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -484,6 +492,7 @@ class StableMemoryEfficientLiTLoss(_Wrapper):
     _warn_deprecated("StableMemoryEfficientLiTLoss", "MemoryEfficientLiTLoss")
 
   def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """As :meth:`MemoryEfficientLiTLoss.__call__`."""
-    return self._call(text_features, image_features, tau_plus=tau_plus)
+    return self._call(text_features, image_features, tau_plus=tau_plus, where=where)

@@ -105,74 +105,82 @@ class _LossModule(nnx.Module):
     """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
     return temperature_from_log_scale(self.logit_scale[...], self.max_logit_scale)
 
-  def _stats(self, *arrays, tau_plus) -> tuple[jax.Array, Any]:
+  def _stats(self, *arrays, tau_plus, where=None) -> tuple[jax.Array, Any]:
     fn = getattr(memeff_jax, self._function + "_with_stats")
     options = {name: getattr(self, name) for name in self._options}
     return call_loss(fn, arrays, temperature=self.current_temperature(), options=options,
-                     tau_plus=tau_plus)
+                     tau_plus=tau_plus, where=where)
 
 
 class CLIPLoss(_LossModule):
   """:func:`memeff_jax.clip_loss` with a learnable temperature (docs/math.md §4, §7.4).
 
-  Call it as ``module(image_features, text_features, tau_plus=None)``: the loss, a
+  Call it as ``module(image_features, text_features, tau_plus=None, where=None)``: the loss, a
   float32 scalar; ``module.with_stats(...)`` returns ``(loss, stats)``. A per-call
-  ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides the constructor's.
+  ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides the constructor's;
+  ``where`` (a bool ``[batch]`` mask) removes rows, as for the functions.
   """
 
   _function = "clip_loss"
 
   def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of ``[batch, d]`` image and text features: a float32 scalar."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus)[0]
+    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where)[0]
 
   def with_stats(self, image_features: ArrayLike, text_features: ArrayLike, *,
-                 tau_plus: ArrayLike | None = None):
+                 tau_plus: ArrayLike | None = None,
+                 where: ArrayLike | None = None):
     """``(loss, stats)`` as :func:`memeff_jax.clip_loss_with_stats` returns them."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus)
+    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where)
 
 
 class LiTLoss(_LossModule):
   """:func:`memeff_jax.lit_loss` with a learnable temperature (docs/math.md §5, §7.4).
 
-  ``module(text_features, image_features, tau_plus=None)``: the text tower (first)
+  ``module(text_features, image_features, tau_plus=None, where=None)``: the text tower (first)
   is trained, the image tower locked. ``module.with_stats(...)``: ``(loss, stats)``.
   """
 
   _function = "lit_loss"
 
   def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of ``[batch, d]`` text (trained) and image (locked) features."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus)[0]
+    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where)[0]
 
   def with_stats(self, text_features: ArrayLike, image_features: ArrayLike, *,
-                 tau_plus: ArrayLike | None = None):
+                 tau_plus: ArrayLike | None = None,
+                 where: ArrayLike | None = None):
     """``(loss, stats)`` as :func:`memeff_jax.lit_loss_with_stats` returns them."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus)
+    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where)
 
 
 class _Qwen3Module(_LossModule):
 
   def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
                hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None) -> jax.Array:
+               tau_plus: ArrayLike | None = None,
+               where: ArrayLike | None = None) -> jax.Array:
     """The loss of ``[batch, d]`` queries and documents and optional ``[batch, k, d]``
     hard negatives: a float32 scalar."""
-    return self._stats(query_features, doc_features, hard_negatives, tau_plus=tau_plus)[0]
+    return self._stats(query_features, doc_features, hard_negatives,
+                       tau_plus=tau_plus, where=where)[0]
 
   def with_stats(self, query_features: ArrayLike, doc_features: ArrayLike,
                  hard_negatives: ArrayLike | None = None, *,
-                 tau_plus: ArrayLike | None = None):
+                 tau_plus: ArrayLike | None = None,
+                 where: ArrayLike | None = None):
     """``(loss, stats)`` as the ``*_with_stats`` function returns them."""
-    return self._stats(query_features, doc_features, hard_negatives, tau_plus=tau_plus)
+    return self._stats(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
 
 
 class Qwen3Loss(_Qwen3Module):
   """:func:`memeff_jax.qwen3_loss` with a learnable temperature (docs/math.md §6, §7.4).
 
-  ``module(query_features, doc_features, hard_negatives=None, tau_plus=None)``;
+  ``module(query_features, doc_features, hard_negatives=None, tau_plus=None, where=None)``;
   ``module.with_stats(...)``: ``(loss, stats)``.
   """
 
@@ -191,7 +199,7 @@ class LiTQwen3Loss(_Qwen3Module):
   """:func:`memeff_jax.lit_qwen3_loss` with a learnable temperature (docs/math.md §6,
   §7.4): the queries are trained, documents and hard negatives locked.
 
-  ``module(query_features, doc_features, hard_negatives=None, tau_plus=None)``;
+  ``module(query_features, doc_features, hard_negatives=None, tau_plus=None, where=None)``;
   ``module.with_stats(...)``: ``(loss, stats)``.
   """
 

@@ -48,7 +48,8 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   if tau is None:
     lse = jax.nn.logsumexp(cand, axis=-1)
   else:
-    check_negatives(tau, n_neg, raw.shape[0])
+    if isinstance(n_neg, int):   # with ``where`` it is traced (none: NaN, in _finish)
+      check_negatives(tau, n_neg, raw.shape[0])
     # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
     # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
     neg = jax.nn.logsumexp(jnp.where(is_pos, -jnp.inf, cand), axis=-1)
@@ -65,26 +66,64 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   return ell, lse
 
 
-def _accuracy(raw, keep, is_pos, scale):
+def _mean(v, valid):
+  """Mean over the rows (the last axis), or over the kept ones."""
+  if valid is None:
+    return jnp.mean(v, axis=-1)
+  return jnp.sum(jnp.where(valid, v, 0), axis=-1) / jnp.sum(valid, dtype=v.dtype)
+
+
+def _accuracy(raw, keep, is_pos, scale, valid):
   """In-batch top-1: the fraction of rows whose positive beats every kept negative."""
   logits = scale * raw
   pos = jnp.sum(jnp.where(is_pos, logits, 0.0), axis=-1)
   top_neg = jnp.max(jnp.where(keep & ~is_pos, logits, -jnp.inf), axis=-1)
-  return lax.stop_gradient(jnp.mean(pos > top_neg, dtype=jnp.float32))
+  return lax.stop_gradient(_mean((pos > top_neg).astype(jnp.float32), valid))
 
 
-def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays, **hyper):
-  """Average the softmax directions, add the z-loss, apply the stable factor.
+def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays, valid,
+            no_negatives=None, **hyper):
+  """Average the softmax directions (over the kept rows), add the z-loss, apply the
+  stable factor.
 
   Non-finite ``arrays`` (name -> array) or traced hyperparameters out of range make
-  the loss and every gradient NaN (``_terms.poison``), as on every backend.
+  the loss and every gradient NaN (``_terms.poison``), as on every backend; so does
+  a traced ``no_negatives`` (debiasing with no negatives).
   """
-  loss = sum(jnp.mean(e) for e in ells) / len(ells)
-  z = lse_square_scale * sum(jnp.mean(l * l) for l in lses) / len(lses)
+  loss = sum(_mean(e, valid) for e in ells) / len(ells)
+  z = lse_square_scale * sum(_mean(l * l, valid) for l in lses) / len(lses)
   hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
-  loss = poison(loss + z, value_checks(arrays, hyper), [*arrays.values(), *hyper.values()])
+  ok = value_checks(arrays, hyper)
+  if no_negatives is not None:
+    ok = ~no_negatives if ok is None else ok & ~no_negatives
+  loss = poison(loss + z, ok, [*arrays.values(), *hyper.values()])
   loss = stable_scale(loss, stable=stable, batch=batch, temperature=temperature)
   return loss, z
+
+
+def _rows(where, b, *arrays):
+  """(mask or None, the global batch: the kept rows, the arrays with removed rows
+  zeroed). ``where``: None or a bool [b] mask."""
+  if where is None:
+    return None, b, arrays
+  where = jnp.asarray(where)
+  zero = lambda a: None if a is None else jnp.where(
+      where.reshape((b,) + (1,) * (a.ndim - 1)), a, 0)
+  return where, jnp.sum(where), tuple(zero(a) for a in arrays)
+
+
+def _stat(lse, valid):
+  return lse if valid is None else jnp.where(valid, lse, 0.0)
+
+
+def _debias_inputs(tau_plus, valid, n_neg):
+  """Per-row tau_plus of removed rows set to 0; with a traced n_neg, whether debiasing
+  has nothing to debias (poisons the loss)."""
+  if valid is not None and jnp.ndim(tau_plus) == 1:
+    tau_plus = jnp.where(valid, tau_plus, 0.0)
+  tau = _tau(tau_plus)
+  none = None if (tau is None or isinstance(n_neg, int)) else n_neg == 0
+  return tau_plus, tau, none
 
 
 def _scale(temperature, x):
@@ -102,24 +141,28 @@ def _tau(tau):
 
 def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
                          normalized_inputs=False, stable=True, tau_plus=0.0,
-                         label_smoothing=0.0, lse_square_scale=0.0):
-  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (docs/math.md §4, §7)."""
-  x, y = image_features, text_features
+                         label_smoothing=0.0, lse_square_scale=0.0, where=None):
+  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (docs/math.md §4, §7).
+  ``where``: bool [b], the rows kept (the others are in no softmax and no mean)."""
+  valid, b, (x, y) = _rows(where, image_features.shape[0], image_features, text_features)
   arrays = dict(image_features=x, text_features=y)
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
-  b = x.shape[0]
   scale = _scale(temperature, x)
   s = _sims(x, y)                                   # [b, b]
-  eye = jnp.eye(b, dtype=bool)
-  opts = dict(n_neg=b - 1, tau=_tau(tau_plus), eps=label_smoothing)
-  ell_r, lse_r = _softmaxes(s, True, True, eye, scale, **opts)
-  ell_c, lse_c = _softmaxes(s.T, True, True, eye, scale, **opts)
+  eye = jnp.eye(x.shape[0], dtype=bool)
+  cols = True if valid is None else valid[None, :]   # the candidates that are there
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1)
+  opts = dict(n_neg=b - 1, tau=tau, eps=label_smoothing)
+  ell_r, lse_r = _softmaxes(s, cols, cols, eye, scale, **opts)
+  ell_c, lse_c = _softmaxes(s.T, cols, cols, eye, scale, **opts)
   loss, z = _finish([ell_r, ell_c], [lse_r, lse_c], batch=b, temperature=temperature,
                     stable=stable, lse_square_scale=lse_square_scale, arrays=arrays,
-                    tau_plus=tau_plus, label_smoothing=label_smoothing)
-  return loss, ContrastiveStats(z, lse_r, lse_c, accuracy_row=_accuracy(s, True, eye, scale),
-                                accuracy_col=_accuracy(s.T, True, eye, scale))
+                    valid=valid, no_negatives=none, tau_plus=tau_plus,
+                    label_smoothing=label_smoothing)
+  return loss, ContrastiveStats(z, _stat(lse_r, valid), _stat(lse_c, valid),
+                                accuracy_row=_accuracy(s, cols, eye, scale, valid),
+                                accuracy_col=_accuracy(s.T, cols, eye, scale, valid))
 
 
 def clip_loss(image_features, text_features, **kwargs):
@@ -128,21 +171,23 @@ def clip_loss(image_features, text_features, **kwargs):
 
 def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
                         normalized_inputs=False, stable=True, tau_plus=0.0,
-                        label_smoothing=0.0, lse_square_scale=0.0):
+                        label_smoothing=0.0, lse_square_scale=0.0, where=None):
   """Dense LiT: CE(S/t, diag) over rows; the image tower is locked (docs/math.md §5)."""
-  x, y = text_features, lax.stop_gradient(image_features)
+  valid, b, (x, y) = _rows(where, text_features.shape[0], text_features,
+                           lax.stop_gradient(image_features))
   arrays = dict(text_features=x, image_features=y)
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
-  b = x.shape[0]
   scale = _scale(temperature, x)
-  s, eye = _sims(x, y), jnp.eye(b, dtype=bool)
-  ell, lse = _softmaxes(s, True, True, eye, scale, n_neg=b - 1, tau=_tau(tau_plus),
-                        eps=label_smoothing)
+  s, eye = _sims(x, y), jnp.eye(x.shape[0], dtype=bool)
+  cols = True if valid is None else valid[None, :]
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1)
+  ell, lse = _softmaxes(s, cols, cols, eye, scale, n_neg=b - 1, tau=tau, eps=label_smoothing)
   loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
-                    lse_square_scale=lse_square_scale, arrays=arrays, tau_plus=tau_plus,
-                    label_smoothing=label_smoothing)
-  return loss, ContrastiveStats(z, lse, None, accuracy_row=_accuracy(s, True, eye, scale))
+                    lse_square_scale=lse_square_scale, arrays=arrays, valid=valid,
+                    no_negatives=none, tau_plus=tau_plus, label_smoothing=label_smoothing)
+  return loss, ContrastiveStats(z, _stat(lse, valid), None,
+                                accuracy_row=_accuracy(s, cols, eye, scale, valid))
 
 
 def lit_loss(text_features, image_features, **kwargs):
@@ -150,17 +195,20 @@ def lit_loss(text_features, image_features, **kwargs):
 
 
 def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, stable,
-           tau_plus, label_smoothing, lse_square_scale):
+           tau_plus, label_smoothing, lse_square_scale, where):
+  n = q.shape[0]
+  valid, b, (q, d, h) = _rows(where, n, q, d, h)
   arrays = dict(query_features=q, doc_features=d, hard_negatives=h)
   if not normalized_inputs:
     q, d = normalize(q), normalize(d)
     h = None if h is None else normalize(h)
-  b, k = q.shape[0], (0 if h is None else h.shape[1])
+  k = 0 if h is None else h.shape[1]
   scale = _scale(temperature, q)
-  not_self = ~jnp.eye(b, dtype=bool)                   # q-q / d-d exclude the self pair
+  cols = jnp.ones((n, n), bool) if valid is None else jnp.broadcast_to(valid[None, :], (n, n))
+  not_self = cols & ~jnp.eye(n, dtype=bool)            # q-q / d-d exclude the self pair
   s_qd = _sims(q, d)
   # Row i: [ q_i.d_j | q_i.q_j (j != i) | d_i.d_j (j != i) | q_i.h_ik ]
-  blocks, nominal = [s_qd], [jnp.ones((b, b), bool)]
+  blocks, nominal = [s_qd], [cols]
   if use_qq:
     blocks.append(_sims(q, q))
     nominal.append(not_self)
@@ -170,31 +218,34 @@ def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, s
   if k:
     blocks.append(jnp.einsum("id,ikd->ik", q, h, preferred_element_type=_acc(q.dtype),
                              precision=_HI))
-    nominal.append(jnp.ones((b, k), bool))
+    nominal.append(jnp.ones((n, k), bool))
   raw, nominal = jnp.concatenate(blocks, axis=-1), jnp.concatenate(nominal, axis=-1)
   pos = jnp.diagonal(s_qd)
   threshold = lax.stop_gradient(pos + margin)          # raw cosine units, no gradient
   keep = nominal & (raw <= threshold[:, None])         # non-strict: drop only s > pos + margin
-  is_pos = jnp.zeros(raw.shape, bool).at[:, :b].set(jnp.eye(b, dtype=bool))
+  is_pos = jnp.zeros(raw.shape, bool).at[:, :n].set(jnp.eye(n, dtype=bool))
   n_neg = (b - 1) * (1 + int(use_qq) + int(use_dd)) + k
-  ell, lse = _softmaxes(raw, nominal, keep, is_pos, scale, n_neg=n_neg, tau=_tau(tau_plus),
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, n_neg)
+  ell, lse = _softmaxes(raw, nominal, keep, is_pos, scale, n_neg=n_neg, tau=tau,
                         eps=label_smoothing)
   loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
-                    lse_square_scale=lse_square_scale, arrays=arrays, tau_plus=tau_plus,
-                    label_smoothing=label_smoothing, margin=margin)
-  return loss, ContrastiveStats(z, lse, None,
-                                accuracy_row=_accuracy(raw, keep, is_pos, scale))
+                    lse_square_scale=lse_square_scale, arrays=arrays, valid=valid,
+                    no_negatives=none, tau_plus=tau_plus, label_smoothing=label_smoothing,
+                    margin=margin)
+  return loss, ContrastiveStats(z, _stat(lse, valid), None,
+                                accuracy_row=_accuracy(raw, keep, is_pos, scale, valid))
 
 
 def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
                           temperature=0.07, margin=0.1, use_qq_negatives=False,
                           use_dd_negatives=False, normalized_inputs=False, stable=True,
-                          tau_plus=0.0, label_smoothing=0.0, lse_square_scale=0.0):
+                          tau_plus=0.0, label_smoothing=0.0, lse_square_scale=0.0, where=None):
   """Dense Qwen3-Embedding InfoNCE with the false-negative mask (docs/math.md §6)."""
   return _qwen3(query_features, doc_features, hard_negatives, temperature=temperature,
                 margin=margin, use_qq=use_qq_negatives, use_dd=use_dd_negatives,
                 normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
-                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
+                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale,
+                where=where)
 
 
 def qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
@@ -204,13 +255,14 @@ def qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
 def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
                               temperature=0.07, margin=0.1, use_qq_negatives=False,
                               normalized_inputs=False, stable=True, tau_plus=0.0,
-                              label_smoothing=0.0, lse_square_scale=0.0):
+                              label_smoothing=0.0, lse_square_scale=0.0, where=None):
   """Dense LiT-Qwen3: documents and hard negatives locked, no d-d group (docs/math.md §6)."""
   h = None if hard_negatives is None else lax.stop_gradient(hard_negatives)
   return _qwen3(query_features, lax.stop_gradient(doc_features), h, temperature=temperature,
                 margin=margin, use_qq=use_qq_negatives, use_dd=False,
                 normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
-                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale)
+                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale,
+                where=where)
 
 
 def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):

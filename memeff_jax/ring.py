@@ -49,40 +49,46 @@ def _lap(size, step, carry):
   return step(size - 1, carry, False)
 
 
-def forward(spec, x, y, scale, row_thr, x_tab, y_tab):
+def _masks(x_mask, y_mask):
+  return None if x_mask is None else (x_mask, y_mask)
+
+
+def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
   """``(lse_row, lse_col, max_row, max_col)`` of this device's rows / columns over the
-  whole ring (the column ones None unless two-sided)."""
+  whole ring (the column ones None unless two-sided). The ``where`` masks of the
+  columns (y_mask) travel with their block."""
   be, axis = spec.backend, spec.axis_name
   if spec.symmetric:
-    y, y_tab = x, x_tab
+    y, y_tab, y_mask = x, x_tab, x_mask
   size, me, shift = _ring(axis)
   n, m = x.shape[0], y.shape[0]
 
-  def hop(h, y_vis, yt_vis):
+  def hop(h, y_vis, yt_vis, ym_vis):
     src = (me - h) % size
     return be.fwd_stats(x, y_vis, scale, row_thr=row_thr, x_tab=x_tab, y_tab=yt_vis,
-                        offsets=(me * n, src * m), spec=spec)
+                        masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec)
 
   if size == 1:
-    return hop(0, y, y_tab)
+    return hop(0, y, y_tab, y_mask)
 
   def step(h, carry, send):
-    y_vis, yt_vis, lse_row, lse_col, max_row, max_col = carry
-    y_next, yt_next = shift((y_vis, yt_vis)) if send else (y_vis, yt_vis)
-    r, c, r_max, c_max = hop(h, y_vis, yt_vis)
+    y_vis, yt_vis, ym_vis, lse_row, lse_col, max_row, max_col = carry
+    travel = (y_vis, yt_vis, ym_vis)
+    y_next, yt_next, ym_next = shift(travel) if send else travel
+    r, c, r_max, c_max = hop(h, y_vis, yt_vis, ym_vis)
     lse_row, max_row = log_add_exp(lse_row, r), jnp.maximum(max_row, r_max)
     if spec.two_sided:   # the column partials ride with their block and arrive home
       lse_col, max_col = shift((log_add_exp(lse_col, c), jnp.maximum(max_col, c_max)))
-    return y_next, yt_next, lse_row, lse_col, max_row, max_col
+    return y_next, yt_next, ym_next, lse_row, lse_col, max_row, max_col
 
   k = () if spec.dims is None else (len(spec.dims),)
   full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, glue_dtype(x.dtype)), axis)
   cols = full(m) if spec.two_sided else None
-  init = (y, y_tab, full(n), cols, full(n), cols)
-  return _lap(size, step, init)[2:]
+  init = (y, y_tab, y_mask, full(n), cols, full(n), cols)
+  return _lap(size, step, init)[3:]
 
 
-def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
+def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, col):
   """``(dx, dy, dscale, dx_tab, dy_tab)``; None where ``need`` says no.
 
   row: this device's row-role ``Side``; col: its column-role ``Side`` (two-sided
@@ -91,7 +97,7 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
   """
   be, axis, sym = spec.backend, spec.axis_name, spec.symmetric
   if sym:
-    y, y_tab, col = x, x_tab, row
+    y, y_tab, y_mask, col = x, x_tab, x_mask, row
   size, me, shift = _ring(axis)
   n, m = x.shape[0], y.shape[0]
   want_y = (not sym) and (need.y or need.y_tab)
@@ -102,21 +108,22 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
   cs_x = want_x and (need.scale or need.x_tab)
   cs_y = want_y and ((need.scale and not want_x) or need.y_tab)
 
-  def pass_x(y_vis, yt_vis, col_vis, src):   # rows of x: dx, sum_j c_ij s_ij
+  def pass_x(y_vis, yt_vis, ym_vis, col_vis, src):   # rows of x: dx, sum_j c_ij s_ij
     return be.bwd(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
-                  offsets=(me * n, src * m), spec=spec, want_cs=cs_x, out_dtype=acc)
+                  masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
+                  want_cs=cs_x, out_dtype=acc)
 
-  def pass_y(y_vis, yt_vis, col_vis, src):   # rows of y: the same coefficients, transposed
+  def pass_y(y_vis, yt_vis, ym_vis, col_vis, src):   # rows of y: c transposed
     return be.bwd(y_vis, x, scale, row=col_vis, col=row, x_tab=yt_vis, y_tab=x_tab,
-                  offsets=(src * m, me * n), spec=spec, want_cs=cs_y,
-                  out_dtype=y.dtype if size == 1 else glue_dtype(y.dtype))
+                  masks=_masks(ym_vis, x_mask), offsets=(src * m, me * n), spec=spec,
+                  want_cs=cs_y, out_dtype=y.dtype if size == 1 else glue_dtype(y.dtype))
 
   dx = sx = dy = sy = None
   if size == 1:
     if want_x:
-      dx, sx = pass_x(y, y_tab, col, 0)
+      dx, sx = pass_x(y, y_tab, y_mask, col, 0)
     if want_y:
-      dy, sy = pass_y(y, y_tab, col, 0)
+      dy, sy = pass_y(y, y_tab, y_mask, col, 0)
   else:
     zeros = lambda shape: to_varying(jnp.zeros(shape, glue_dtype(x.dtype)), axis)
     k = () if spec.dims is None else (len(spec.dims),)
@@ -124,22 +131,22 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, row, col):
     add = lambda a, b: None if a is None else a + b
 
     def step(h, carry, send):
-      y_vis, yt_vis, col_vis, dx, sx, dy, sy = carry
+      y_vis, yt_vis, ym_vis, col_vis, dx, sx, dy, sy = carry
       src = (me - h) % size
-      travel = (y_vis, yt_vis, col_vis)
+      travel = (y_vis, yt_vis, ym_vis, col_vis)
       nxt = shift(travel) if send else travel
       if want_x:
-        d, c = pass_x(y_vis, yt_vis, col_vis, src)
+        d, c = pass_x(y_vis, yt_vis, ym_vis, col_vis, src)
         dx, sx = dx + d, add(sx, c)
       if want_y:   # the visiting block's gradient rides with it and arrives home
-        d, c = pass_y(y_vis, yt_vis, col_vis, src)
+        d, c = pass_y(y_vis, yt_vis, ym_vis, col_vis, src)
         dy, sy = shift((dy + d, add(sy, c)))
       return (*nxt, dx, sx, dy, sy)
 
-    init = (y, y_tab, col,
+    init = (y, y_tab, y_mask, col,
             zeros(x.shape) if want_x else None, zeros(k + (n,)) if cs_x else None,
             zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None)
-    _, _, _, dx, sx, dy, sy = _lap(size, step, init)
+    _, _, _, _, dx, sx, dy, sy = _lap(size, step, init)
 
   dscale = dx_tab = dy_tab = None
   if need.scale:

@@ -15,6 +15,7 @@ from typing import Callable, Hashable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 
@@ -23,10 +24,13 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
   """Run ``loss_fn`` over global arrays split along ``axis_name`` of ``mesh``.
 
   Returns ``f(*arrays, **kwargs)``: every array argument with a leading batch axis
-  (positional, or a keyword such as a per-row ``tau_plus``; jax or numpy) is split
-  along it into contiguous shards, 0-d arrays (a learnable temperature) are
+  (positional, or a keyword such as a per-row ``tau_plus`` or ``where``; jax or numpy)
+  is split along it into contiguous shards, 0-d arrays (a learnable temperature) are
   replicated, other keywords are passed through as static values, and
   ``loss_fn(..., axis_name=axis_name)`` runs once per device under ``jax.shard_map``.
+  A global batch that does not split evenly is padded with removed rows: zero rows
+  and a ``where=`` mask (combined with the caller's), so the loss is that of the
+  batch as given (``loss_fn`` must take ``where=``, as every loss here does).
   The loss comes back replicated; per-row statistics come back as global arrays.
   Differentiate ``f`` directly: its gradients are those of the global loss. ``f``
   works eagerly and under ``jax.jit`` (it jits itself), on meshes from
@@ -42,8 +46,8 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
       ``loss_fn`` gets the tuple).
 
   Raises:
-    ValueError: an axis the mesh does not have, or a global batch that does not split
-      into equal shards; the loss's own errors name the global shapes.
+    ValueError: an axis the mesh does not have, or arrays whose leading axes differ;
+      the loss's own errors name the global shapes.
   """
   axes = _mesh_axes(mesh, axis_name)
   size = math.prod(mesh.shape[a] for a in axes)
@@ -54,19 +58,33 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
     kw = dict(static.items)
     whole = lambda a, k: loss_fn(*a, **k, **kw, axis_name=None)
     # The global batch on one device: the loss's own errors name the shapes the caller
-    # passed, and comparing with one shard's outputs tells which outputs are per-row.
+    # passed.
     abstract = lambda v: jax.ShapeDtypeStruct(np.shape(v), jnp.result_type(v))
     out_global = jax.eval_shape(whole, *jax.tree.map(abstract, (args, arrays)))
-    for name, v in _named(loss_fn, args, arrays):
-      if np.ndim(v) > 0 and np.shape(v)[0] % size:
-        raise ValueError(f"{name} with shape {np.shape(v)} does not split into {size} equal "
-                         f"shards along mesh axis {axis_name!r} (batch % devices != 0)")
-    local = lambda v: jax.ShapeDtypeStruct(
-        (np.shape(v)[0] // size,) + np.shape(v)[1:] if np.ndim(v) else (),
-        jnp.result_type(v))
-    out_local = jax.eval_shape(whole, *jax.tree.map(local, (args, arrays)))
+    named = _named(loss_fn, args, arrays)
+    n = next((np.shape(v)[0] for _, v in named if np.ndim(v) > 0), 0)
+    for name, v in named:
+      if np.ndim(v) > 0 and np.shape(v)[0] != n:
+        raise ValueError(f"{name} with shape {np.shape(v)} does not share the leading batch "
+                         f"axis of the other arrays ({n})")
+    pad = -n % size
+    if pad:   # removed rows make the batch split evenly
+      if not _takes_where(loss_fn):
+        raise ValueError(f"a global batch of {n} does not split into {size} equal shards "
+                         f"along mesh axis {axis_name!r}, and loss_fn takes no where= to "
+                         f"mask padding rows")
+      keep = arrays.get("where", np.ones((n,), bool))
+      arrays = dict(arrays, where=keep)
+      grow = lambda v: v if np.ndim(v) == 0 else jnp.pad(
+          jnp.asarray(v), [(0, pad)] + [(0, 0)] * (np.ndim(v) - 1))
+      args, arrays = jax.tree.map(grow, (args, arrays))
+      out_global = jax.eval_shape(whole, *jax.tree.map(abstract, (args, arrays)))
+    # The per-row outputs: those whose shape follows the batch (probed at twice it).
+    double = lambda v: jax.ShapeDtypeStruct(
+        (2 * np.shape(v)[0],) + np.shape(v)[1:] if np.ndim(v) else (), jnp.result_type(v))
+    out_double = jax.eval_shape(whole, *jax.tree.map(double, (args, arrays)))
     out_specs = jax.tree.map(lambda g, l: _out_spec(g.shape, l.shape, batch), out_global,
-                             out_local)
+                             out_double)
     in_specs = jax.tree.map(lambda v: batch if np.ndim(v) else P(), (args, arrays))
     if explicit:   # Explicit axes: shard_map wants its inputs typed with in_specs
       args, arrays = jax.tree.map(
@@ -76,8 +94,22 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
     # check_vma=True: JAX tracks which values vary over the axes, which is what makes
     # a replicated loss differentiate to the global loss's local gradient (and lets the
     # losses reject replicated inputs).
-    return jax.shard_map(per_shard, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                         check_vma=True)(args, arrays)
+    out = jax.shard_map(per_shard, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                        check_vma=True)(args, arrays)
+    if not pad:
+      return out
+    # Per-row outputs lose the padding rows again (Explicit axes: replicated first, as
+    # n rows do not split evenly).
+    def trim(v, spec):
+      if spec == P():
+        return v
+      if explicit:
+        v = jax.sharding.reshard(v, NamedSharding(mesh, P()))
+      return lax.slice_in_dim(v, 0, n, axis=len(spec) - 1)
+
+    leaves, tree = jax.tree.flatten(out)
+    specs = jax.tree.leaves(out_specs, is_leaf=lambda v: isinstance(v, P))
+    return jax.tree.unflatten(tree, [trim(v, s) for v, s in zip(leaves, specs)])
 
   # jit: custom_vjp(symbolic_zeros) under an eager shard_map is not implemented in JAX,
   # and one compile serves every later call with the same static keywords.
@@ -90,6 +122,14 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
     return jitted(args, arrays, static)
 
   return f
+
+
+def _takes_where(loss_fn) -> bool:
+  try:
+    params = inspect.signature(loss_fn).parameters.values()
+  except (TypeError, ValueError):
+    return True   # let the call tell
+  return any(p.name == "where" or p.kind == p.VAR_KEYWORD for p in params)
 
 
 def _mesh_axes(mesh, axis_name) -> tuple:
@@ -124,7 +164,7 @@ def _named(loss_fn, args, arrays):
 
 
 def _out_spec(global_shape, local_shape, batch: P) -> P:
-  """The output's batch axis is the one a shard shrinks (none: replicated)."""
+  """The output's batch axis is the one that follows the batch (none: replicated)."""
   split = [i for i, (g, l) in enumerate(zip(global_shape, local_shape)) if g != l]
   if not split:
     return P()

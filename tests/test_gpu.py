@@ -228,3 +228,37 @@ def test_accuracy_triton(d, dtype):
   want = _count_qwen3(*(np.asarray(v.astype(jnp.float32), np.float64) for v in (q, doc, h)),
                       0.05, True, True)
   np.testing.assert_allclose(st.accuracy_row, want, atol=tol * 1500 / 700)
+
+
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
+@pytest.mark.parametrize("path", ["sweep", "tiled", "mrl"])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_where_triton(family, path, dtype):
+  # where= on the kernels (FlashAttention-shaped, tiled and Matryoshka paths) against
+  # the float64 reference on the kept rows (a static numpy mask indexes them, so the
+  # reference's gradients scatter back with zeros on the removed rows).
+  from tests.test_where import FAMILIES, _mask  # pylint: disable=g-import-not-at-top
+  b, d = 1500, 384
+  fn, ref, kw = FAMILIES[family]
+  cfg = _cfg(d, dtype)
+  cfg = dataclasses.replace(cfg, fwd_tiled=path != "sweep", bwd_tiled=path == "tiled")
+  dims = (64, 192, 384) if path == "mrl" else None
+  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
+            features(b + d, [(b, d), (b, d)], dtype))
+  w = _mask(b, seed=7)
+  w[256:640] = False     # whole tiles removed
+
+  def ref_fn(*a, **k):
+    kept = [v[w] for v in a]
+    if dims is None:
+      return ref(*kept, **kw, **k)[0]
+    return reference.matryoshka_fused_with_stats(ref, *kept, dims=dims, **kw, **k)[0]
+
+  compare(lambda *a, **k: fn(*a, where=w, backend="triton", config=cfg, matryoshka_dims=dims,
+                             **kw, **k)[0],
+          ref_fn, arrays, dtype=dtype, label_smoothing=0.1, tau_plus=0.05)
+  grads = jax.grad(lambda *a: fn(*a, where=w, backend="triton", config=cfg,
+                                 matryoshka_dims=dims, **kw)[0],
+                   argnums=tuple(range(len(arrays))))(*arrays)
+  for g in grads:
+    assert not np.any(np.asarray(g)[~w]), "a removed row got a gradient"

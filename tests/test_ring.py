@@ -152,10 +152,12 @@ def test_with_stats_through_sharded():
   np.testing.assert_allclose(stats.lse_col, rstats.lse_col, rtol=2e-6)
 
 
-def test_unequal_shards_raise():
-  x = jnp.ones((10, 4))
-  with pytest.raises(ValueError, match="shape \\(10, 4\\) does not split into 4 equal shards"):
-    mj.sharded(mj.clip_loss, _mesh(4), "batch")(x, x)
+def test_unequal_shards_are_padded():
+  # 10 rows on 4 devices: sharded pads each shard with removed rows (where=), so the
+  # loss is the 10-row loss (tests/test_where.py checks gradients and every family).
+  x, y = jax.random.normal(jax.random.key(0), (2, 10, 4))
+  got = mj.sharded(mj.clip_loss, _mesh(4), "batch")(x, y, backend="blockwise")
+  np.testing.assert_allclose(got, mj.clip_loss(x, y, backend="blockwise"), rtol=2e-6)
 
 
 @pytest.mark.parametrize("case", ["clip", "lit", "qwen3"])

@@ -97,11 +97,18 @@ def lse2(z, AXIS: tl.constexpr):
 
 
 @triton.jit
-def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, m, BLOCK_M: tl.constexpr,
-               BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr):
+def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+               HAS_MASK: tl.constexpr):
   """``v`` [BLOCK_M, BLOCK_N] with ``fill`` on the self pairs (EXCLUDE_SELF; only tiles
-  holding the diagonal pay for the test) and on the columns past m (``cols`` = col0 +
-  arange(BLOCK_N); only the last column tile pays)."""
+  holding the diagonal pay for the test), on the columns past m (``cols`` = col0 +
+  arange(BLOCK_N); only the last column tile pays) and, with HAS_MASK, on the rows
+  and columns whose ``where`` entry (xm_ptr [n], ym_ptr [m], fp32, 0 = removed) is 0."""
+  if HAS_MASK:
+    rows = row0 + tl.arange(0, BLOCK_M)
+    keep_r = tl.load(xm_ptr + rows, mask=rows < n, other=0.0) != 0
+    keep_c = tl.load(ym_ptr + cols, mask=cols < m, other=0.0) != 0
+    v = tl.where(keep_r[:, None] & keep_c[None, :], v, fill)
   if EXCLUDE_SELF:
     if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
       v = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), v, fill)
@@ -137,10 +144,10 @@ def row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M: tl.constexp
 
 
 @triton.jit
-def coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr,
-                thr_c_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, HAS_ROW: tl.constexpr,
-                HAS_COL: tl.constexpr, ROW_THR: tl.constexpr, COL_THR: tl.constexpr,
-                EXCLUDE_SELF: tl.constexpr):
+def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r, lse_c_ptr,
+                g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
+                COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr):
   """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
@@ -165,5 +172,5 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r, l
       thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
       p = tl.where(s <= thr_c[None, :], p, 0.0)
     coef += g_c[None, :] * p
-  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                    EXCLUDE_SELF)
+  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+                    BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)

@@ -22,6 +22,7 @@ def _lse_bwd_kernel(
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics
+    xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
     n, m,
     cols_per_split,            # columns one program sweeps (a multiple of BLOCK_N)
@@ -33,7 +34,7 @@ def _lse_bwd_kernel(
     NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr, REUSE_Y: tl.constexpr,
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
-    PRECISION: tl.constexpr,
+    PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -73,9 +74,9 @@ def _lse_bwd_kernel(
   for j0 in range(j_lo, j_hi, BLOCK_N):
     s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                         NUM_D, PRECISION)
-    coef = coefficient(s, scale2, row0, j0, row_off, col_off, m, lse_r, g_r, thr_r, lse_c_ptr,
-                       g_c_ptr, thr_c_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                       EXCLUDE_SELF)
+    coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
+                       lse_c_ptr, g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
+                       HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK)
     if WANT_CS:
       cs += tl.sum(coef * s, 1)
     if REUSE_Y:
@@ -103,6 +104,7 @@ def _tile_coef_bwd_kernel(
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [K, n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics
     xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
+    xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
     n, m,
     # output pointers
@@ -113,7 +115,7 @@ def _tile_coef_bwd_kernel(
     NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     WANT_CS: tl.constexpr, PRECISION: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr,
+    HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -127,9 +129,11 @@ def _tile_coef_bwd_kernel(
   segment k of dx takes the coefficients of every dim that contains it, so slab k
   holds the suffix sum C^k_ij = sum_{k' >= k} c^k'_ij a_k',i b_k',j and the launcher
   multiplies slab k with segment k of y only: the GEMM work of one plain pass. The
-  dims are visited from the last: one walk gives the full dot, a second walk down
-  the segments subtracts each segment from it (the prefix dots), so one running sum
-  is all that is kept.
+  dims are visited from the last, so one running sum is all that is kept: the full
+  dot, then each shorter prefix dot walked afresh from feature 0 (as many chunks as
+  subtracting the tails for a doubling ladder, and exactly the forward's sums: a
+  difference full - tail would lose digits that the prefix tables, ~ D / m_k,
+  amplify).
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   pid_n = tl.program_id(1)
@@ -140,26 +144,21 @@ def _tile_coef_bwd_kernel(
   local = local0 + tl.arange(0, BLOCK_M)
   in_rows = rows < n
   zeros = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-  s_full = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, zeros, 0, NUM_K, D, BLOCK_M,
-                           BLOCK_N, BLOCK_K, PRECISION)
-  tail = zeros    # <x_i, y_j> over the features past dim k
   suffix = zeros  # C^k
   for k in tl.static_range(K - 1, -1, -1):
-    s = s_full
-    if k < K - 1:   # add the chunks of dim k + 1 past dim k's end (constexpr bounds, inlined)
-      tail = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, tail, (SEGS >> (16 * k)) & 0xFFFF,
-                             (SEGS >> (16 * k + 16)) & 0xFFFF, D, BLOCK_M, BLOCK_N, BLOCK_K,
-                             PRECISION)
-      s = s_full - tail
+    # dim k's prefix dot: chunks [0, end of dim k) (constexpr bound, inlined)
+    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, zeros, 0, (SEGS >> (16 * k)) & 0xFFFF,
+                        D, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
     if HAS_TAB:
       a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
       b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
       s = s * a[:, None] * b[None, :]
     lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
                                   in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-    coef = coefficient(s, scale2, row0, col0, row_off, col_off, m, lse_r, g_r, thr_r,
-                       lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, BLOCK_M, BLOCK_N,
-                       HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF)
+    coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
+                       lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xm_ptr, ym_ptr,
+                       BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF,
+                       HAS_MASK)
     if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
       coef = tl.where(in_rows[:, None], coef, 0.0)
     if HAS_TAB:

@@ -156,21 +156,32 @@ def _dot_precision(config: KernelConfig, dtype):
 
 
 # ---------------------------------------------------------------------- launchers
+def _mask_args(masks):
+  """Kernel arguments of the ``where`` masks: (x mask, y mask, HAS_MASK), fp32 0/1."""
+  if masks is None:
+    dummy = jnp.zeros((1,), jnp.float32)
+    return dummy, dummy, False
+  return masks[0].astype(jnp.float32), masks[1].astype(jnp.float32), True
+
+
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
-            prefix=None):
+            prefix=None, masks=None):
   """Row (and column) log-sum-exp of the masked block and the largest kept logit of
   each row (column): ``(lse_row, lse_col, max_row, max_col)``, natural log units.
 
   prefix: Matryoshka ``(x_tab, y_tab, ladder)`` (features laid out by the ladder):
-  the statistics are then [K, rows] (tiled kernel only)."""
+  the statistics are then [K, rows] (tiled kernel only). masks: ``where`` masks
+  ``(x rows, y rows)`` (bool), or None: a removed row or column is in no softmax."""
   if config.fwd_tiled or prefix is not None:
     return _lse_fwd_tiled(x, y, scale, row_thr, offsets, two_sided=two_sided,
                           exclude_self=exclude_self, config=config, interpret=interpret,
-                          prefix=prefix)
+                          prefix=prefix, masks=masks)
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
-    lse_row, _, max_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False, **opts)
-    lse_col, _, max_col, _ = lse_fwd(y, x, scale, None, offsets[::-1], two_sided=False, **opts)
+    lse_row, _, max_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False,
+                                     masks=masks, **opts)
+    lse_col, _, max_col, _ = lse_fwd(y, x, scale, None, offsets[::-1], two_sided=False,
+                                     masks=None if masks is None else masks[::-1], **opts)
     return lse_row, lse_col, max_row, max_col
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
@@ -183,12 +194,14 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32)
   out_shapes = [jax.ShapeDtypeStruct((splits, n), f32),
                 jax.ShapeDtypeStruct((programs, m) if two_sided else (1,), f32)] * 2
+  xm, ym, has_mask = _mask_args(masks)
   lse_row, lse_col, max_row, max_col = _call(
-      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), n, m, per_split,
+      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), xm, ym, n, m, per_split,
       out_shapes=out_shapes, grid=(programs, splits), num_warps=config.fwd_num_warps,
       num_stages=config.fwd_num_stages, name="memeff/lse_fwd", interpret=interpret, D=d,
       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, ROW_THR=row_thr is not None,
-      EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided, PRECISION=config.precision)
+      EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided, PRECISION=config.precision,
+      HAS_MASK=has_mask)
   lse_row = jax.nn.logsumexp(lse_row * LN2, axis=0)
   lse_col = jax.nn.logsumexp(lse_col * LN2, axis=0) if two_sided else None
   max_row = jnp.max(max_row, axis=0) * LN2
@@ -207,13 +220,14 @@ def _prefix_args(prefix, num_k):
 
 
 def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config,
-                   interpret, prefix):
+                   interpret, prefix, masks):
   """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
   block_k, num_k = _chunks(d, config.fwd_block_d) if prefix is None else (
       prefix[2].chunk, d // prefix[2].chunk)
   k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_k)
+  xm, ym, has_mask = _mask_args(masks)
   col_tiles = _cdiv(m, bn)
   rows = _slab_rows(n, bm, 4 * k * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
   f32 = jnp.float32
@@ -225,12 +239,13 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   def body(r0, carry):
     lse_row, lse_col, max_row, max_col = carry
     row_part, col_part, row_max, col_max = _call(
-        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, n, m,
+        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, xm, ym, n,
+        m,
         out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=config.fwd_num_warps,
         num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
-        PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab)
+        PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask)
     lse_row = jax.lax.dynamic_update_slice(
         lse_row, jax.nn.logsumexp(row_part * LN2, axis=1), (0, r0))
     max_row = jax.lax.dynamic_update_slice(max_row, jnp.max(row_max, axis=1) * LN2, (0, r0))
@@ -241,14 +256,14 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
 
   padded = jnp.zeros((k, _cdiv(n, rows) * rows), f32)
   cols = jnp.full((k, m), -jnp.inf, f32) if two_sided else None
-  init = _compat.vary_like((padded, cols, padded, cols), x, y, scale, *offsets)
+  init = _compat.vary_like((padded, cols, padded, cols), x, y, scale, *offsets, xm, ym)
   out = _slab_loop(n, rows, body, init)
   out = [None if v is None else (v[:, :n] if i % 2 == 0 else v) for i, v in enumerate(out)]
   return tuple(None if v is None else (v[0] if prefix is None else v) for v in out)
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtype, config,
-                   interpret, scal, g_max, prefix):
+                   interpret, scal, g_max, prefix, mask_args):
   """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
   then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
   feature segment k of y). ``side_stats``, ``flags``, ``scal`` and ``g_max`` come from
@@ -274,7 +289,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
     dx, cs = carry
     c, cs_part = _call(
         _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *side_stats, x_tab,
-        y_tab, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
+        y_tab, *mask_args, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab, **flags)
@@ -289,18 +304,18 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
   padded = _cdiv(n, rows) * rows
   init = _compat.vary_like(
       (jnp.zeros((padded, d), out_dtype), jnp.zeros((k, padded), f32) if want_cs else None),
-      x, y, scale, *offsets, *side_stats)
+      x, y, scale, *offsets, *side_stats, *mask_args)
   dx, cs = _slab_loop(n, rows, body, init)
   cs = None if not want_cs else (cs[0, :n] if prefix is None else cs[:, :n])
   return dx[:n], cs
 
 
 def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
-            interpret, prefix=None):
+            interpret, prefix=None, masks=None):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd).
 
   prefix: Matryoshka ``(x_tab, y_tab, ladder)``, as for lse_fwd: the side statistics
-  and the returned sums are then [K, rows] (tiled kernel only)."""
+  and the returned sums are then [K, rows] (tiled kernel only). masks: as for lse_fwd."""
   f32 = jnp.float32
   g_max = jnp.zeros((), f32)
   for side in (row, col):
@@ -318,14 +333,16 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
             (side.g / g_max).astype(f32).reshape(-1), thr)
 
   side_stats = (*stats(row), *stats(col))
-  flags = dict(HAS_ROW=row is not None, HAS_COL=col is not None,
+  *mask_args, has_mask = _mask_args(masks)
+  flags = dict(HAS_MASK=has_mask, HAS_ROW=row is not None, HAS_COL=col is not None,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
                WANT_CS=want_cs, PRECISION=config.precision)
   if config.bwd_tiled or prefix is not None:
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
-                          interpret=interpret, scal=scal, g_max=g_max, prefix=prefix)
+                          interpret=interpret, scal=scal, g_max=g_max, prefix=prefix,
+                          mask_args=mask_args)
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   block_d, num_d = _chunks(d, config.bwd_block_d)
@@ -335,7 +352,7 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((splits, n) if want_cs else (1,), f32)]
   dx, cs = _call(
-      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, n, m,
+      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, *mask_args, n, m,
       per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
       num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
       name="memeff/lse_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
@@ -423,19 +440,20 @@ class TritonBackend:
                             retile=spec.config is None and not self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, offsets, spec):
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
                    exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
-                   prefix=prefix)
+                   prefix=prefix, masks=masks)
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, offsets, spec, want_cs, out_dtype):
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+          out_dtype):
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     dx, cs = lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
                      want_cs=want_cs, out_dtype=out_dtype, config=cfg,
-                     interpret=self.interpret, prefix=prefix)
+                     interpret=self.interpret, prefix=prefix, masks=masks)
     return (dx if prefix is None else prefix[2].unpad(dx)), cs

@@ -22,6 +22,7 @@ def _lse_fwd_kernel(
     scal_ptr,                # [1] fp32: scale * log2(e)
     thr_ptr,                 # [n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [2] int32: global offsets of row 0 and column 0
+    xm_ptr, ym_ptr,          # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
     n, m,
     cols_per_split,          # columns one program sweeps (a multiple of BLOCK_N)
@@ -33,7 +34,7 @@ def _lse_fwd_kernel(
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-    TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr,
+    TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
 ):
   """lse_row_i = log2 sum_j keep_ij 2^(z_ij) over this split's columns.
 
@@ -73,8 +74,8 @@ def _lse_fwd_kernel(
       if ROW_THR:
         z = tl.where(s <= thr[:, None], z, float("-inf"))
       cols = j0 + tl.arange(0, BLOCK_N)
-      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                     EXCLUDE_SELF)
+      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+                     BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
       m_new = tl.maximum(m_i, tl.max(z, 1))
       shift = safe_max(m_new)
       l_i = l_i * tl.exp2(m_i - shift) + tl.sum(tl.exp2(z - shift[:, None]), 1)
@@ -101,6 +102,7 @@ def _tile_lse_fwd_kernel(
     thr_ptr,                 # [K, n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [3] int32: global offsets of row 0 and column 0, first slab row
     xt_ptr, yt_ptr,          # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
+    xm_ptr, ym_ptr,          # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
     n, m,
     # output pointers
@@ -112,7 +114,7 @@ def _tile_lse_fwd_kernel(
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr,
+    HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of a slab of R rows: its row and column partial
   log-sum-exps, each over the tile only, merged in JAX.
@@ -150,8 +152,8 @@ def _tile_lse_fwd_kernel(
     if ROW_THR:
       thr = tl.load(thr_ptr + k * n + rows, mask=rows < n, other=0.0)
       z = tl.where(s_k <= thr[:, None], z, float("-inf"))
-    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                   EXCLUDE_SELF)
+    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+                   BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
     row_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
     r_lse, r_max = lse2(z, 1)
     tl.store(row_part_ptr + row_base + local, r_lse)
