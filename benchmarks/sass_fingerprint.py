@@ -32,7 +32,7 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/
 FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32", "i32"] + ["*fp32"] * 4
 TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32"] + ["*fp32"] * 4 + ["i32", "i32"] + ["*fp32"] * 4
 TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 10 +
-                            ["i32", "i32", f"*{dt}", "*fp32"])
+                            ["i32", "i32", f"*{dt}", "*fp32", "*fp32"])
 MRL_SEGS = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-wide chunks
 BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS"]
 BWD_CASES = [(1, 1, 0, 0, 1, 0), (1, 0, 1, 0, 1, 1), (0, 1, 0, 1, 1, 0), (1, 1, 1, 1, 1, 1)]
@@ -104,11 +104,12 @@ def variants():
       yield (f"tile bwd {dt} {d} {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS(dt),
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), PRECISION="tf32",
                   K=1, SEGS=-(-d // bk), HAS_TAB=False, HAS_MASK=False,
+                  WANT_CS_COL=case == BWD_CASES[-1],
                   **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
   for case in BWD_CASES:
     yield (f"mrl tile bwd bf16 512 {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS("bf16"),
            dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_K=8, PRECISION="tf32", K=4,
-                SEGS=MRL_SEGS, HAS_TAB=True, HAS_MASK=False, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
+                SEGS=MRL_SEGS, HAS_TAB=True, HAS_MASK=False, WANT_CS_COL=True, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
            8, 3)
 
 

@@ -42,6 +42,12 @@ class _FirstOrderOnly:
   def bwd(self, *args, **kwargs):
     return _refuse_transforms(self.inner.bwd, self.name, args, kwargs)
 
+  def pairs(self, x, spec) -> bool:
+    return self.inner.pairs(x, spec)
+
+  def bwd_pair(self, *args, **kwargs):
+    return _refuse_transforms(self.inner.bwd_pair, self.name, args, kwargs)
+
 
 def _refuse_transforms(fn, name: str, args, kwargs):
   leaves, tree = jax.tree.flatten((args, kwargs))

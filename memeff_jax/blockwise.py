@@ -115,6 +115,9 @@ class BlockwiseBackend:
       lse_col, max_col = (_unk(jnp.moveaxis(c, 0, 1).reshape(k, -1)[:, :m], dims) for c in col)
     return _unk(lse_row, dims), lse_col, _unk(max_row, dims), max_col
 
+  def pairs(self, x, spec) -> bool:   # one gradient pass per tower: no bwd_pair
+    return False
+
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
           out_dtype):
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]

@@ -37,6 +37,12 @@ class KernelConfig:
     bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.
+    bwd_pair: with the tiled gradient (or Matryoshka), a block whose two towers both
+      need a gradient computes its coefficient slabs once and multiplies them into
+      both (``c @ y`` and ``c^T @ x``), instead of a second, transposed pass. Off by
+      default until the GPU tests have run on it (measured on an H200, bf16: CLIP
+      B=32768 D=1024 28.1 -> 24.7 ms, fused Matryoshka CLIP B=65536 D=512
+      359 -> 264 ms; benchmarks/NOTES.md).
     slab_kib: memory budget of one slab's buffers (KiB) for the tiled passes.
     min_slab_rows: the tiled gradient's coefficient slabs keep at least this many
       rows whatever ``slab_kib`` says (a thinner slab starves its XLA dot: at
@@ -62,6 +68,7 @@ class KernelConfig:
   fwd_col_pass: bool = False
   fwd_tiled: bool = False
   bwd_tiled: bool = False
+  bwd_pair: bool = False
   slab_kib: int = 65536
   min_slab_rows: int = 512
   precision: Precision = "tf32"
@@ -73,7 +80,7 @@ class KernelConfig:
       if f.name == "precision":
         if v not in ("tf32", "tf32x3", "ieee"):
           raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
-      elif f.name in ("fwd_col_pass", "fwd_tiled", "bwd_tiled"):
+      elif f.name in ("fwd_col_pass", "fwd_tiled", "bwd_tiled", "bwd_pair"):
         if not isinstance(v, bool):
           raise ValueError(f"KernelConfig.{f.name} must be a bool, got {v!r}")
       elif not isinstance(v, int) or v < 1:

@@ -76,8 +76,10 @@ def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_flo
 def kernel_path_config(path, d, dtype):
   """A config selecting one kernel path of the Triton backend under the interpreter:
   "partials" / "col_pass" (the sweep forward's two ways to the column statistics) or
-  "tiled" (tiled forward and gradient), with tiles small enough that batches of a
-  few dozen rows span several tiles and, tiled, several slabs."""
+  "tiled" (tiled forward and gradient, a pass per tower) or "tiled_paired" (both
+  towers' gradients from one set of coefficient slabs where both are needed),
+  with tiles small enough that batches of a few dozen rows span several tiles and,
+  tiled, several slabs."""
   cfg = default_config(d, dtype, interpret=True)
   return dataclasses.replace(cfg, **{
       "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
@@ -86,4 +88,8 @@ def kernel_path_config(path, d, dtype):
       "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
                     bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
                     slab_kib=1, min_slab_rows=1),
+      # the same, both towers' gradients from one set of slabs (bwd_pair)
+      "tiled_paired": dict(fwd_tiled=True, bwd_tiled=True, bwd_pair=True, fwd_block_m=32,
+                           fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,
+                           bwd_block_d=32, slab_kib=1, min_slab_rows=1),
   }[path])

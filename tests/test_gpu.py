@@ -262,3 +262,23 @@ def test_where_triton(family, path, dtype):
                    argnums=tuple(range(len(arrays))))(*arrays)
   for g in grads:
     assert not np.any(np.asarray(g)[~w]), "a removed row got a gradient"
+
+
+@pytest.mark.parametrize("family", ["clip", "qwen3"])
+@pytest.mark.parametrize("b,d,dims", [(2085, 1152, None), (2085, 512, (64, 128, 256, 512)),
+                                      (700, 1152, (96, 384, 1152))])
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_paired_gradient_triton(family, b, d, dims, dtype):
+  # KernelConfig(bwd_pair=True): both towers' gradients from one set of coefficient
+  # slabs (tiled gradient; Matryoshka's suffix sums), against the float64 reference.
+  fn, ref, kw = {
+      "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
+      "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
+                dict(use_qq_negatives=True, margin=0.05))}[family]
+  cfg = dataclasses.replace(_cfg(d, dtype), bwd_tiled=True, bwd_pair=True)
+  arrays = (qwen3_batch(b, b, d, 3, dtype) if family == "qwen3" else
+            features(b + d, [(b, d), (b, d)], dtype))
+  ref_fn = (lambda *a, **k: ref(*a, **kw, **k)[0]) if dims is None else (
+      lambda *a, **k: reference.matryoshka_fused_with_stats(ref, *a, dims=dims, **kw, **k)[0])
+  compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims, **kw, **k),
+          ref_fn, arrays, dtype=dtype, tau_plus=0.05, label_smoothing=0.1)

@@ -106,16 +106,17 @@ def test_bf16(family, backend):
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("path", ["tiled", "default"])
+@pytest.mark.parametrize("path", ["tiled", "tiled_paired", "default"])
 def test_interpret_several_tiles_and_slabs(family, path):
   # Batches spanning several row and column tiles and, with 1 KiB slabs, several slabs;
-  # the ladder (16, 72, 200) is padded to 16-feature chunks.
+  # the ladder (16, 72, 200) is padded to 16-feature chunks. tiled_paired: both towers'
+  # gradients from one set of coefficient slabs (suffix sums times x and y).
   fn, ref, fam_kw = FAMILIES[family]
   b, (d, dims, weights) = 70, LADDERS["200"]
   cfg = mj.default_config(d, jnp.float32, interpret=True)
-  if path == "tiled":
+  if path != "default":
     from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
-    cfg = kernel_path_config("tiled", d, jnp.float32)
+    cfg = kernel_path_config(path, d, jnp.float32)
   compare(_fused(fn, dims, weights, backend="interpret", config=cfg, **fam_kw),
           _ref(ref, dims, weights, **fam_kw), _arrays(family, b, d), tau_plus=0.1,
           label_smoothing=0.1, lse_square_scale=1e-3)
@@ -166,16 +167,21 @@ def _mesh(n):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 @pytest.mark.parametrize("n_dev,backend", [(1, "blockwise"), (2, "blockwise"), (4, "blockwise"),
-                                           (8, "blockwise"), (2, "interpret")])
+                                           (8, "blockwise"), (2, "interpret"),
+                                           (2, "interpret_paired")])
 def test_ring(family, n_dev, backend):
   # The travelling block carries its prefix tables; every device's loss and the
-  # gradients equal one device's.
+  # gradients equal one device's (interpret_paired: both towers' gradients of each hop
+  # from one set of coefficient slabs).
   fn, _, fam_kw = FAMILIES[family]
   d, dims, weights = LADDERS["48"]
   arrays = _arrays(family, 24, d)
   tau = jnp.asarray(np.random.default_rng(1).uniform(0.0, 0.4, 24), jnp.float32)
   kw = dict(fam_kw, backend=backend, matryoshka_dims=dims, matryoshka_weights=weights,
             label_smoothing=0.1, lse_square_scale=1e-2)
+  if backend == "interpret_paired":
+    from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
+    kw.update(backend="interpret", config=kernel_path_config("tiled_paired", d, jnp.float32))
   ring = mj.sharded(lambda *a, tau_plus, axis_name: fn(*a, tau_plus=tau_plus,
                                                        axis_name=axis_name, **kw),
                     _mesh(n_dev), "batch")

@@ -110,12 +110,13 @@ def _tile_coef_bwd_kernel(
     # output pointers
     c_ptr,                     # [K, R, m] coefficient slabs (see below) / g_max
     cs_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij s^k_ij / g_max
+    cs_col_ptr,                # [K, R / BLOCK_M, m] fp32: per-tile sum_i c^k_ij s^k_ij / g_max
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-    WANT_CS: tl.constexpr, PRECISION: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
+    WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
+    K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -123,7 +124,9 @@ def _tile_coef_bwd_kernel(
   (the cotangents come divided by g_max, so the stored tile lies in [-2, 2]).
   The launcher multiplies the slab into the gradient with one XLA dot,
   dx[slab] = scale * g_max * c[slab] @ y, so the gradient's GEMM runs at cuBLAS
-  speed. Rows past n store zeros.
+  speed, and, paired, the columns' gradient from the same slab,
+  dy += scale * g_max * c[slab]^T @ x[slab] (WANT_CS_COL: with its column sums of
+  c s). Rows past n store zeros.
 
   Matryoshka (K prefix dims, segment ends in SEGS as in the forward): feature
   segment k of dx takes the coefficients of every dim that contains it, so slab k
@@ -174,3 +177,6 @@ def _tile_coef_bwd_kernel(
     if WANT_CS:
       cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
       tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))
+    if WANT_CS_COL:   # rows past n have coef 0
+      col_base = (k * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * m
+      tl.store(cs_col_ptr + col_base + cols, tl.sum(coef * s, 0), mask=cols < m)

@@ -263,11 +263,13 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtype, config,
-                   interpret, scal, g_max, prefix, mask_args):
+                   interpret, scal, g_max, prefix, mask_args, pair):
   """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
   then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
   feature segment k of y). ``side_stats``, ``flags``, ``scal`` and ``g_max`` come from
-  lse_bwd, as for the FlashAttention-shaped kernel."""
+  lse_bwd, as for the FlashAttention-shaped kernel. ``pair`` (None, or the columns'
+  ``(want_cs, out_dtype)``): the same slabs also give the columns' gradient,
+  dy += scale * g_max * c[slab]^T @ x[slab], and their sums of c s."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   block_k, num_k = _chunks(d, config.bwd_block_d) if prefix is None else (
@@ -279,43 +281,65 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
   c_dtype = jnp.float32 if (prefix is not None and x.dtype == jnp.float16) else x.dtype
   rows = _slab_rows(n, bm, k * (m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles), config,
                     min_rows=config.min_slab_rows)
+  want_cs_col = pair is not None and pair[0]
   f32 = jnp.float32
   out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype),
-                jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32)]
+                jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32),
+                jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32)]
   precision = _dot_precision(config, c_dtype)
   y_dot = y.astype(c_dtype)
+  padded = _cdiv(n, rows) * rows
+  x_dot = jnp.pad(x, ((0, padded - n), (0, 0))).astype(c_dtype) if pair is not None else None
+  segments = list(zip((0,) + ends[:-1], ends))
+  # [rows, m] slab k times [m, features of segment k] (dx), or its transpose times the
+  # slab's rows of x (dy): fp32 accumulation.
+  times = lambda c, v, dims: jax.lax.dot_general(c, v, (dims, ((), ())), precision=precision,
+                                                  preferred_element_type=f32)
 
   def body(r0, carry):
-    dx, cs = carry
-    c, cs_part = _call(
+    dx, cs, dy, cs_col = carry
+    c, cs_part, cs_col_part = _call(
         _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *side_stats, x_tab,
         y_tab, *mask_args, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
-        BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab, **flags)
-    part = jnp.concatenate(
-        [jnp.dot(c[i], y_dot[:, lo:hi], preferred_element_type=f32, precision=precision)
-         for i, (lo, hi) in enumerate(zip((0,) + ends[:-1], ends))], axis=1) * scal[1]
+        BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
+        WANT_CS_COL=want_cs_col, **flags)
+    part = jnp.concatenate([times(c[i], y_dot[:, lo:hi], ((1,), (0,)))
+                            for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
     dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
     if want_cs:
       cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=1) * g_max, (0, r0))
-    return dx, cs
+    if pair is not None:
+      x_slab = jax.lax.dynamic_slice_in_dim(x_dot, r0, rows)
+      dy = dy + jnp.concatenate([times(c[i], x_slab[:, lo:hi], ((0,), (0,)))
+                                 for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
+    if want_cs_col:
+      cs_col = cs_col + jnp.sum(cs_col_part, axis=1) * g_max
+    return dx, cs, dy, cs_col
 
-  padded = _cdiv(n, rows) * rows
   init = _compat.vary_like(
-      (jnp.zeros((padded, d), out_dtype), jnp.zeros((k, padded), f32) if want_cs else None),
+      (jnp.zeros((padded, d), out_dtype), jnp.zeros((k, padded), f32) if want_cs else None,
+       jnp.zeros((m, d), f32) if pair is not None else None,
+       jnp.zeros((k, m), f32) if want_cs_col else None),
       x, y, scale, *offsets, *side_stats, *mask_args)
-  dx, cs = _slab_loop(n, rows, body, init)
-  cs = None if not want_cs else (cs[0, :n] if prefix is None else cs[:, :n])
-  return dx[:n], cs
+  dx, cs, dy, cs_col = _slab_loop(n, rows, body, init)
+  unk = lambda v, cut: v[0, :cut] if prefix is None else v[:, :cut]
+  dx, cs = dx[:n], (unk(cs, n) if want_cs else None)
+  if pair is None:
+    return dx, cs
+  return dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None)
 
 
 def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
-            interpret, prefix=None, masks=None):
+            interpret, prefix=None, masks=None, pair=None):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd).
 
   prefix: Matryoshka ``(x_tab, y_tab, ladder)``, as for lse_fwd: the side statistics
-  and the returned sums are then [K, rows] (tiled kernel only). masks: as for lse_fwd."""
+  and the returned sums are then [K, rows] (tiled kernel only). masks: as for lse_fwd.
+  pair: None, or the columns' ``(want_cs, out_dtype)``: then also the columns' gradient
+  ``scale * sum_i c_ij x_i`` and sums ``sum_i c_ij s_ij`` from the same coefficient
+  slabs (tiled kernel only): ``(dx, cs, dy, cs_col)``."""
   f32 = jnp.float32
   g_max = jnp.zeros((), f32)
   for side in (row, col):
@@ -338,11 +362,11 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
                WANT_CS=want_cs, PRECISION=config.precision)
-  if config.bwd_tiled or prefix is not None:
+  if config.bwd_tiled or prefix is not None or pair is not None:
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
                           interpret=interpret, scal=scal, g_max=g_max, prefix=prefix,
-                          mask_args=mask_args)
+                          mask_args=mask_args, pair=pair)
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   block_d, num_d = _chunks(d, config.bwd_block_d)
@@ -457,3 +481,24 @@ class TritonBackend:
                      want_cs=want_cs, out_dtype=out_dtype, config=cfg,
                      interpret=self.interpret, prefix=prefix, masks=masks)
     return (dx if prefix is None else prefix[2].unpad(dx)), cs
+
+  def pairs(self, x, spec) -> bool:
+    """Whether ``bwd_pair`` serves this block: the tiled gradient with ``bwd_pair``."""
+    cfg, prefix = self._setup(spec, x, None, None)
+    return cfg.bwd_pair and (cfg.bwd_tiled or prefix is not None)
+
+  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+               out_dtype):
+    """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of
+    y (the transposed block): ``(dx, cs_x, dy, cs_y)``; ``want_cs`` and ``out_dtype``
+    are pairs (x, y)."""
+    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+    if prefix is not None:
+      x, y = prefix[2].pad(x), prefix[2].pad(y)
+    dx, cs, dy, cs_col = lse_bwd(
+        x, y, scale, offsets, row, col, exclude_self=spec.exclude_self, want_cs=want_cs[0],
+        out_dtype=out_dtype[0], config=cfg, interpret=self.interpret, prefix=prefix,
+        masks=masks, pair=(want_cs[1], out_dtype[1]))
+    if prefix is not None:
+      dx, dy = prefix[2].unpad(dx), prefix[2].unpad(dy)
+    return dx, cs, dy, cs_col
