@@ -109,7 +109,8 @@ def variants():
   for case in BWD_CASES:
     yield (f"mrl tile bwd bf16 512 {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS("bf16"),
            dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_K=8, PRECISION="tf32", K=4,
-                SEGS=MRL_SEGS, HAS_TAB=True, HAS_MASK=False, WANT_CS_COL=True, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
+                SEGS=MRL_SEGS, HAS_TAB=True, HAS_MASK=False, WANT_CS_COL=True,
+                **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
            8, 3)
 
 

@@ -6,6 +6,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from memeff_jax.config import default_config
 
@@ -71,6 +72,14 @@ def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_flo
   worst = LARGEST.setdefault(jnp.dtype(dtype).name, [0.0, 0.0])
   worst[0], worst[1] = max(worst[0], v_err), max([worst[1]] + errs)
   return v_err, errs
+
+
+def sampled(cases, keep):
+  """``cases`` (tuples) as pytest params: those with ``keep(index, case)`` run by
+  default, the others carry the ``slow`` marker (the full product runs with -m slow).
+  A fixed rule, so CI runs the same sample every time."""
+  return [pytest.param(*c, marks=() if keep(i, c) else pytest.mark.slow)
+          for i, c in enumerate(cases)]
 
 
 def kernel_path_config(path, d, dtype):

@@ -16,7 +16,7 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import reference
-from tests._check import compare, features
+from tests._check import compare, features, sampled
 from tests.test_qwen3 import batch as qwen3_batch
 
 FAMILIES = {
@@ -105,8 +105,9 @@ def test_bf16(family, backend):
   _check(family, "smoothing", "64", backend, dtype=jnp.bfloat16, b=40)
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("path", ["tiled", "tiled_paired", "default"])
+# tiled_paired only where both towers get a gradient (the LiT ones would repeat "tiled").
+@pytest.mark.parametrize("family,path", [(f, p) for f in FAMILIES for p in ("tiled", "default")] +
+                         [("clip", "tiled_paired"), ("qwen3", "tiled_paired")])
 def test_interpret_several_tiles_and_slabs(family, path):
   # Batches spanning several row and column tiles and, with 1 KiB slabs, several slabs;
   # the ladder (16, 72, 200) is padded to 16-feature chunks. tiled_paired: both towers'
@@ -165,10 +166,14 @@ def _mesh(n):
   return Mesh(np.array(jax.devices()[:n]), ("batch",))
 
 
-@pytest.mark.parametrize("family", list(FAMILIES))
-@pytest.mark.parametrize("n_dev,backend", [(1, "blockwise"), (2, "blockwise"), (4, "blockwise"),
-                                           (8, "blockwise"), (2, "interpret"),
-                                           (2, "interpret_paired")])
+# Every family on 2 and 8 devices and the interpreter; 1 and 4 devices for CLIP only by
+# default (the rest: slow); the paired gradient where both towers get one.
+@pytest.mark.parametrize("family,n_dev,backend", sampled(
+    [(f, n, be) for f in FAMILIES for n, be in [(1, "blockwise"), (2, "blockwise"),
+                                                 (4, "blockwise"), (8, "blockwise"),
+                                                 (2, "interpret")]] +
+    [("clip", 2, "interpret_paired"), ("qwen3", 2, "interpret_paired")],
+    lambda i, c: c[1] in (2, 8) or c[0] == "clip"))
 def test_ring(family, n_dev, backend):
   # The travelling block carries its prefix tables; every device's loss and the
   # gradients equal one device's (interpret_paired: both towers' gradients of each hop

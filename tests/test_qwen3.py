@@ -11,7 +11,7 @@ import pytest
 
 from memeff_jax import (lit_qwen3_loss, lit_qwen3_loss_with_stats, qwen3_loss,
                         qwen3_loss_with_stats, reference)
-from tests._check import compare, kernel_path_config
+from tests._check import compare, kernel_path_config, sampled
 
 BACKENDS = ["blockwise", "interpret"]
 
@@ -45,11 +45,16 @@ def _ref(lit, **opts):
 GROUPS = [(qq, dd) for qq in (False, True) for dd in (False, True)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("lit,qq,dd", [(False, qq, dd) for qq, dd in GROUPS] +
-                         [(True, qq, False) for qq in (False, True)])  # LiT-Qwen3: no d-d
-@pytest.mark.parametrize("k", [0, 1, 5])
-@pytest.mark.parametrize("margin", [0.05, 0.1, 2.0])
+# Every group x k x margin on blockwise; on the interpreter a third of them, chosen so
+# that every group, k and margin appears (the rest: slow).
+_GROUP_CASES = [(be, lit, qq, dd, k, margin) for be in BACKENDS
+                for lit, qq, dd in [(False, qq, dd) for qq, dd in GROUPS] +
+                [(True, qq, False) for qq in (False, True)]   # LiT-Qwen3: no d-d
+                for k in (0, 1, 5) for margin in (0.05, 0.1, 2.0)]
+
+
+@pytest.mark.parametrize("backend,lit,qq,dd,k,margin", sampled(
+    _GROUP_CASES, lambda i, c: c[0] == "blockwise" or i % 3 == 0))
 def test_groups(backend, lit, qq, dd, k, margin):
   q, doc, h = batch(k, 33, 24, k)
   opts = dict(margin=margin, use_qq_negatives=qq)
@@ -92,10 +97,9 @@ OPTIONS = {
 }
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("lit", [False, True])
-@pytest.mark.parametrize("option", list(OPTIONS))
-@pytest.mark.parametrize("margin", [0.05, 2.0])
+@pytest.mark.parametrize("backend,lit,option,margin", sampled(
+    list(itertools.product(BACKENDS, [False, True], OPTIONS, [0.05, 2.0])),
+    lambda i, c: c[0] == "blockwise" or i % 2 == 0))   # the interpreter: half
 def test_options(backend, lit, option, margin):
   b = 40
   q, doc, h = batch(7, b, 24, 3)
@@ -115,9 +119,10 @@ SHAPES = [(b, d) for b, d in itertools.product([1, 7, 129], [1, 16, 40, 72, 384]
     (1000, 16), (1000, 384)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-@pytest.mark.parametrize("b,d", SHAPES)
+@pytest.mark.parametrize("backend,dtype,b,d", sampled(
+    [(be, dt, b, d) for be in BACKENDS for dt in (jnp.float32, jnp.bfloat16) for b, d in SHAPES],
+    # the interpreter at b = 1000 (20-35 s each on CPU): one case
+    lambda i, c: not (c[0] == "interpret" and c[2] == 1000) or c[1:] == (jnp.float32, 1000, 384)))
 def test_shapes(backend, dtype, b, d):
   q, doc, h = batch(b + d, b, d, 2, dtype)
   opts = dict(use_qq_negatives=True, use_dd_negatives=True)
