@@ -73,6 +73,44 @@ def time_jax(fn: Callable, *args, reps: int = 10, warmup: int = 2) -> list[float
   return times
 
 
+def time_torch(loss_fn: Callable, xs: list, *, reps: int,
+               barrier: Callable[[], None] | None = None):
+  """The PyTorch counterpart of time_jax, for memeff: ``loss_fn(*xs)`` forward and
+  backward (the gradients of the tensors in ``xs`` that require one), two warm-up
+  steps, one step measured for memory, then ``reps`` steps timed with CUDA events, each
+  after ``barrier()`` if given. Returns (milliseconds per step, the measured step's
+  loss as an fp32 tensor, bytes allocated before that step, the allocator's peak
+  during it)."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  def step():
+    for x in xs:
+      x.grad = None
+    out = loss_fn(*xs)
+    out.backward()
+    return out
+
+  for _ in range(2):
+    step()
+  torch.cuda.synchronize()
+  torch.cuda.reset_peak_memory_stats()
+  before = torch.cuda.memory_allocated()
+  val = step().detach().float()
+  torch.cuda.synchronize()
+  peak = torch.cuda.max_memory_allocated()
+  times = []
+  for _ in range(reps):
+    if barrier is not None:
+      barrier()
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record()
+    step()
+    e.record()
+    torch.cuda.synchronize()
+    times.append(s.elapsed_time(e))
+  return times, val, before, peak
+
+
 def compiled_extra_gib(jitted, *args) -> float:
   """XLA's temporaries plus outputs of the compiled step: the memory the loss adds on
   top of its inputs (the gradients included), Triton kernels' outputs included."""

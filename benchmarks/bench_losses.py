@@ -19,7 +19,8 @@ import numpy as np
 from jax.sharding import Mesh
 
 import memeff_jax as mj
-from benchmarks._harness import Result, Writer, compiled_extra_gib, guarded, summarize, time_jax
+from benchmarks._harness import (Result, Writer, compiled_extra_gib, guarded, summarize,
+                                 time_jax, time_torch)
 
 # name -> (public fn, reference fn, number of feature arrays, trainable argnums, kwargs, GEMMs)
 LOSSES = {
@@ -146,30 +147,8 @@ def bench_memeff(writer, name, b, d, reps):
     shapes = [(b, d), (b, d), (b, 7, d)][:n]
     xs = [torch.randn(s, device="cuda", generator=g, dtype=torch.float32).to(torch.bfloat16)
           .requires_grad_(i in LOSSES[name][3]) for i, s in enumerate(shapes)]
-
-    def step():
-      for x in xs:
-        x.grad = None
-      out = loss_fn(*xs)
-      out.backward()
-      return out
-
-    for _ in range(2):
-      step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    r.extra_gib = (torch.cuda.max_memory_allocated() - base) / 2**30
-    times = []
-    for _ in range(reps):
-      s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-      s.record()
-      step()
-      e.record()
-      torch.cuda.synchronize()
-      times.append(s.elapsed_time(e))
+    times, _, before, peak = time_torch(loss_fn, xs, reps=reps)
+    r.extra_gib = (peak - before) / 2**30
     xs.clear()
     torch.cuda.empty_cache()
     return summarize(r, times, LOSSES[name][5] * 2.0 * b * b * d)

@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 import memeff
-from benchmarks._harness import RingResult, Writer, scaling_efficiency
+from benchmarks._harness import RingResult, Writer, scaling_efficiency, time_torch
 from benchmarks.bench_losses import LOSSES, ladder
 from benchmarks.bench_ring import DEFAULT_LOSSES
 
@@ -82,31 +82,7 @@ def bench(series, name, b, d, reps, world, rank) -> RingResult:
     return r
   try:
     loss_fn, xs = make_loss(name, d), shard(name, b, d, world, rank)
-
-    def step():
-      for x in xs:
-        x.grad = None
-      out = loss_fn(*xs)
-      out.backward()
-      return out
-
-    for _ in range(2):
-      step()
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    val = step().detach().float()
-    torch.cuda.synchronize()
-    peak = torch.cuda.max_memory_allocated()
-    times = []
-    for _ in range(reps):
-      dist.barrier()
-      s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-      s.record()
-      step()
-      e.record()
-      torch.cuda.synchronize()
-      times.append(s.elapsed_time(e))
+    times, val, before, peak = time_torch(loss_fn, xs, reps=reps, barrier=dist.barrier)
     times = slowest(times)
     dist.all_reduce(val)   # the global loss: the ranks' shares summed
     extra, peak = slowest([(peak - before) / 2**30, peak / 2**30])

@@ -123,19 +123,18 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
   # Both towers from one set of coefficients, where the backend can (tiled slabs).
   paired = want_x and want_y and be.pairs(x, spec)
 
-  def pass_xy(y_vis, yt_vis, ym_vis, col_vis, src):   # (dx, sx, dy, sy)
-    return be.bwd_pair(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
-                       masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
-                       want_cs=(cs_x, cs_y), out_dtype=(acc, dy_dtype))
-
-  dx = sx = dy = sy = None
-  if size == 1:
+  def grads(y_vis, yt_vis, ym_vis, col_vis, src):   # (dx, sx, dy, sy) of one block
     if paired:
-      dx, sx, dy, sy = pass_xy(y, y_tab, y_mask, col, 0)
-    if want_x and not paired:
-      dx, sx = pass_x(y, y_tab, y_mask, col, 0)
-    if want_y and not paired:
-      dy, sy = pass_y(y, y_tab, y_mask, col, 0)
+      return be.bwd_pair(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
+                         masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
+                         want_cs=(cs_x, cs_y), out_dtype=(acc, dy_dtype))
+    args = (y_vis, yt_vis, ym_vis, col_vis, src)
+    none = (None, None)
+    return (tuple(pass_x(*args)) if want_x else none) + (
+        tuple(pass_y(*args)) if want_y else none)
+
+  if size == 1:
+    dx, sx, dy, sy = grads(y, y_tab, y_mask, col, 0)
   else:
     zeros = lambda shape: to_varying(jnp.zeros(shape, glue_dtype(x.dtype)), axis)
     k = () if spec.dims is None else (len(spec.dims),)
@@ -147,15 +146,10 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
       src = (me - h) % size
       travel = (y_vis, yt_vis, ym_vis, col_vis)
       nxt = shift(travel) if send else travel
-      if paired:
-        d, c, d_y, c_y = pass_xy(y_vis, yt_vis, ym_vis, col_vis, src)
+      d, c, d_y, c_y = grads(*travel, src)
       if want_x:
-        if not paired:
-          d, c = pass_x(y_vis, yt_vis, ym_vis, col_vis, src)
         dx, sx = dx + d, add(sx, c)
       if want_y:   # the visiting block's gradient rides with it and arrives home
-        if not paired:
-          d_y, c_y = pass_y(y_vis, yt_vis, ym_vis, col_vis, src)
         dy, sy = shift((dy + d_y, add(sy, c_y)))
       return (*nxt, dx, sx, dy, sy)
 

@@ -20,16 +20,12 @@ from jax.sharding import Mesh
 import memeff_jax as mj
 from memeff_jax import reference
 from tests._tolerances import FP32, grad_err, rel_err
+from tests.test_matryoshka import FAMILIES as _LOSSES
 from tests.test_qwen3 import batch as qwen3_batch
 
-FAMILIES = {
-    "clip": (mj.clip_loss_with_stats, reference.clip_loss_with_stats, {}),
-    "lit": (mj.lit_loss_with_stats, reference.lit_loss_with_stats, {}),
-    "qwen3": (mj.qwen3_loss_with_stats, reference.qwen3_loss_with_stats,
-              dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05)),
-    "lit_qwen3": (mj.lit_qwen3_loss_with_stats, reference.lit_qwen3_loss_with_stats,
-                  dict(use_qq_negatives=True, margin=0.05)),
-}
+# test_matryoshka's families (dense reference, options), with the *_with_stats form.
+FAMILIES = {name: (getattr(mj, fn.__name__ + "_with_stats"), ref, kw)
+            for name, (fn, ref, kw) in _LOSSES.items()}
 OPTIONS = {
     "plain": {},
     "tau_rows": dict(tau_plus="rows", label_smoothing=0.1),
