@@ -1,16 +1,20 @@
 """Tile sweep and time split for the Triton backend (one GPU, one process).
 
-For each feature size and KernelConfig: CLIP fwd+bwd and forward-only time at one
-batch, so the defaults in config.py come from measurements and the backward's share
-of the time is visible (bwd = fwd+bwd - fwd).
+For each feature size and KernelConfig: CLIP (``clip``) or fused Matryoshka CLIP with
+dims (d/8, d/4, d/2, d) (``clip_mrl``) fwd+bwd and forward-only time at one batch, so
+the defaults in config.py come from measurements and the backward's share of the
+time is visible (bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None).
 
   python benchmarks/bench_configs.py --batch 65536 --dims 512 --out configs.csv
+  python benchmarks/bench_configs.py --losses clip_mrl --dims 512 --out configs_mrl.csv
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
+import itertools
 
 import jax
 import jax.numpy as jnp
@@ -51,6 +55,19 @@ CANDIDATES = {
     1024: [_tb(128, 128, 64, 8, 3), _tb(64, 128, 64, 4, 4, slab_kib=131072),
            _tb(128, 64, 64, 4, 4), dict(bwd_pair=False)],
 }
+# Matryoshka: the tiled forward with 128 x 64 tiles, then gradient candidates (the
+# FlashAttention-shaped one with several tiles, the tiled one unpaired and paired),
+# then forward candidates.
+_MF = _tf(128, 64, 64, 8, 3)
+MRL_CANDIDATES = {
+    512: [dict(_MF, **_b(32, 64, 8, 2)), dict(_MF, **_b(32, 64, 8, 3)),
+          dict(_MF, **_b(32, 128, 8, 2)), dict(_MF, **_b(64, 64, 8, 2)),
+          dict(_MF, **_b(32, 32, 8, 2)), dict(_MF, **_b(32, 64, 4, 2)),
+          dict(_MF, **_tb(64, 64, 64, 8, 3)), dict(_MF, **_tb(64, 64, 64, 8, 3, bwd_pair=True)),
+          dict(_tf(128, 128, 64, 8, 3), **_b(32, 64, 8, 2)),
+          dict(_tf(64, 64, 64, 4, 3), **_b(32, 64, 8, 2)),
+          dict(_tf(128, 64, 64, 8, 4), **_b(32, 64, 8, 2))],
+}
 
 
 def main(argv=None):
@@ -64,28 +81,30 @@ def main(argv=None):
   a = p.parse_args(argv)
   w = Writer(a.out)
   b = a.batch
-  for d in map(int, a.dims.split(",")):
-    cands = [{}] + CANDIDATES.get(d, [])
+  for d, name in itertools.product(map(int, a.dims.split(",")), a.losses.split(",")):
+    mrl = name.endswith("_mrl")
+    cands = [{}] + (MRL_CANDIDATES if mrl else CANDIDATES).get(d, [])
     x, y = (jax.random.normal(k, (b, d), jnp.float32).astype(jnp.bfloat16)
             for k in jax.random.split(jax.random.key(0), 2))
     for i, t in enumerate(cands):
       if a.only is not None and str(i) not in a.only.split(","):
         continue
-      cfg = dataclasses.replace(default_config(d, jnp.bfloat16), **t)
-      for name in a.losses.split(","):
-        fn = {"clip": mj.clip_loss, "lit": mj.lit_loss}[name]
-        argnums = (0, 1) if name == "clip" else (0,)
-        gemms = 5 if name == "clip" else 3
-        label = "default" if i == 0 else f"cfg{i}"
-        note = str(t)
-        full = jax.jit(jax.value_and_grad(
-            lambda x, y: fn(x, y, backend="triton", config=cfg), argnums=argnums))
-        fwd = jax.jit(lambda x, y: fn(x, y, backend="triton", config=cfg))
-        r = Result(f"{name}_fwd+bwd", label, b, d, "bfloat16", note=note)
-        guarded(w, r, lambda: summarize(r, time_jax(full, x, y, reps=a.reps),
-                                        gemms * 2.0 * b * b * d))
-        r2 = Result(f"{name}_fwd", label, b, d, "bfloat16", note=note)
-        guarded(w, r2, lambda: summarize(r2, time_jax(fwd, x, y, reps=a.reps), 2.0 * b * b * d))
+      cfg = None if i == 0 else dataclasses.replace(default_config(d, jnp.bfloat16), **t)
+      base = name.removesuffix("_mrl")
+      fn = functools.partial({"clip": mj.clip_loss, "lit": mj.lit_loss}[base],
+                             **(dict(matryoshka_dims=(d // 8, d // 4, d // 2, d)) if mrl else {}))
+      argnums = (0, 1) if base == "clip" else (0,)
+      gemms = 5 if base == "clip" else 3
+      label = "default" if i == 0 else f"cfg{i}"
+      note = str(t)
+      full = jax.jit(jax.value_and_grad(
+          lambda x, y: fn(x, y, backend="triton", config=cfg), argnums=argnums))
+      fwd = jax.jit(lambda x, y: fn(x, y, backend="triton", config=cfg))
+      r = Result(f"{name}_fwd+bwd", label, b, d, "bfloat16", note=note)
+      guarded(w, r, lambda: summarize(r, time_jax(full, x, y, reps=a.reps),
+                                      gemms * 2.0 * b * b * d))
+      r2 = Result(f"{name}_fwd", label, b, d, "bfloat16", note=note)
+      guarded(w, r2, lambda: summarize(r2, time_jax(fwd, x, y, reps=a.reps), 2.0 * b * b * d))
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ FWD_ARGS = ["*fp32", "*fp32", "*i32", "*fp32", "*fp32", "i32", "i32", "i32"] + [
 TILE_FWD_ARGS = ["*fp32", "*fp32", "*i32"] + ["*fp32"] * 4 + ["i32", "i32"] + ["*fp32"] * 4
 TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 10 +
                             ["i32", "i32", f"*{dt}", "*fp32", "*fp32"])
+BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 10 + ["i32"] * 3 +
+                       [f"*{dt}", "*fp32"])
 MRL_SEGS = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-wide chunks
 BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS"]
 BWD_CASES = [(1, 1, 0, 0, 1, 0), (1, 0, 1, 0, 1, 1), (0, 1, 0, 1, 1, 0), (1, 1, 1, 1, 1, 1)]
@@ -84,20 +86,25 @@ def variants():
   for thr, two in itertools.product(flags, flags):
     yield (f"mrl tile fwd bf16 512 thr={thr} two={two}", _tile_lse_fwd_kernel,
            ["*bf16"] * 2 + TILE_FWD_ARGS,
-           dict(D=512, BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
+           dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
                 EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32", K=4, SEGS=MRL_SEGS,
-                HAS_TAB=True, HAS_MASK=False), 8, 3)
+                HAS_TAB=True, HAS_MASK=False), 4, 3)
   for dt, d, (bm, bn, w, st), num_d, block_do in [
       ("bf16", 512, (64, 64, 8, 2), 1, 512), ("bf16", 128, (128, 64, 8, 3), 1, 128),
       ("fp32", 1152, (64, 64, 8, 3), 18, 128)]:
     block_d = d if num_d == 1 else 64
     for case in BWD_CASES:
-      yield (f"bwd {dt} {d} {case}", _lse_bwd_kernel,
-             [f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 8 + ["i32"] * 3 + [f"*{dt}", "*fp32"],
+      yield (f"bwd {dt} {d} {case}", _lse_bwd_kernel, BWD_ARGS(dt),
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
                   REUSE_Y=num_d == 1 and block_do == block_d, PRECISION="tf32",
-                  HAS_MASK=case == BWD_CASES[-1],
+                  HAS_MASK=case == BWD_CASES[-1], K=1, SEGS=num_d, HAS_TAB=False,
                   **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+  # Matryoshka's FlashAttention-shaped gradient (the bf16 default up to D = 512).
+  for case in BWD_CASES:
+    yield (f"mrl bwd bf16 512 {case}", _lse_bwd_kernel, BWD_ARGS("bf16"),
+           dict(D=512, BLOCK_M=32, BLOCK_N=64, BLOCK_D=64, NUM_D=8, BLOCK_DO=512, REUSE_Y=False,
+                PRECISION="tf32", HAS_MASK=case == BWD_CASES[-1], K=4, SEGS=MRL_SEGS,
+                HAS_TAB=True, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), 8, 3)
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:
     for case in BWD_CASES:

@@ -37,9 +37,9 @@ class KernelConfig:
     bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.
-    bwd_pair: with the tiled gradient (or Matryoshka), a block whose two towers both
-      need a gradient computes its coefficient slabs once and multiplies them into
-      both (``c @ y`` and ``c^T @ x``), instead of a second, transposed pass. Off by
+    bwd_pair: with the tiled gradient (Matryoshka's too), a block whose two towers
+      both need a gradient computes its coefficient slabs once and multiplies them
+      into both (``c @ y`` and ``c^T @ x``), instead of a second, transposed pass. Off by
       default until the GPU tests have run on it (measured on an H200, bf16: CLIP
       B=32768 D=1024 28.1 -> 24.7 ms, fused Matryoshka CLIP B=65536 D=512
       359 -> 264 ms; benchmarks/NOTES.md).
@@ -157,29 +157,34 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   return cfg
 
 
-def matryoshka_config(cfg: KernelConfig, itemsize: int, smem_kib: int | None = None, *,
-                      retile: bool = True) -> KernelConfig:
-  """The config of a Matryoshka block: both passes tiled (the kernels that walk the
-  feature chunks with one epilogue per dim), one chunk width for both.
+def matryoshka_config(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int | None = None,
+                      *, retile: bool = True, interpret: bool = False) -> KernelConfig:
+  """The config of a Matryoshka block: the tiled forward (one feature walk with an
+  epilogue per dim) and, where its accumulator fits (d_pad <= 512), the
+  FlashAttention-shaped gradient, else the tiled one; one feature chunk for both
+  passes (the ladder is laid out in chunks).
 
-  retile (the GPU defaults): tiles whose fp32 running tiles fit the registers with the
-  Matryoshka kernels' extra live tiles (the gradient keeps four: full dot, tail dot,
-  coefficient, suffix sum): forward 128 x 64 and gradient 64 x 64, 8 warps each, use
-  at most 252 registers without spilling (sm_90 compile, K = 4), where the plain
-  defaults (128 x 128 forward, 64 x 128 gradient with 4 warps) spill hundreds of
-  registers. Otherwise (a user's config, the interpreter) the
-  passes keep their tiles and only untiled ones are switched, fitted to ``smem_kib``
-  (None: the H100's 227 KiB).
+  retile (the GPU defaults; sm_90 compile and H200 timings at K = 4, D = 512,
+  benchmarks/NOTES.md): the forward 64 x 64 with 4 warps (67 ms against 77 for
+  128 x 64 with 8 warps: the K epilogues, not the GEMM, set its time); for 16-bit
+  inputs up to d_pad = 512 the FlashAttention-shaped gradient, 32 x 64 with 8 warps
+  and 3 stages (no spills; 64-row tiles spill, the accumulator alone being 128
+  registers a thread), otherwise (fp32's sixteen 32-feature accumulators spill) the
+  tiled gradient, 64 x 64 with 8 warps.
+  Otherwise (a user's config, the interpreter) the passes keep their tiles; an
+  untiled forward, and an untiled gradient above d_pad = 512 or (on a GPU) for fp32,
+  are switched to the tiled ones, fitted to ``smem_kib`` (None: the H100's 227 KiB).
   """
   bk = 64 if itemsize < 4 else 32
+  fa = _pow2(d) <= 512 and (itemsize < 4 or interpret)
   if retile:
     cfg = dataclasses.replace(
-        cfg, fwd_tiled=True, fwd_block_m=128, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=8,
-        fwd_num_stages=3, bwd_tiled=True, bwd_block_m=64, bwd_block_n=64, bwd_block_d=bk,
-        bwd_num_warps=8, bwd_num_stages=3)
+        cfg, fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=4,
+        fwd_num_stages=3, bwd_tiled=not fa, bwd_block_m=32 if fa else 64, bwd_block_n=64,
+        bwd_block_d=bk, bwd_num_warps=8, bwd_num_stages=3)
   limit = ((smem_kib or 227) - 8) * 2**10
-  for pass_ in ("fwd", "bwd"):
-    if not getattr(cfg, f"{pass_}_tiled"):
+  for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
+    if switch:
       chunk = min(bk, getattr(cfg, f"{pass_}_block_d"))
       cfg = _tiled(cfg, pass_, chunk, chunk, itemsize, limit)
   block = min(cfg.fwd_block_d, cfg.bwd_block_d)

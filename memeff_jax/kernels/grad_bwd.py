@@ -1,7 +1,8 @@
 """Gradient kernels, one pass per output tower.
 
 ``_lse_bwd_kernel`` is FlashAttention-shaped: a program owns a row tile, streams the
-other tower and accumulates its gradient rows in fp32 registers, written once.
+other tower and accumulates its gradient rows in fp32 registers, written once
+(Matryoshka too: ``prefix_gradient``).
 Where that accumulator does not fit (d_pad > 512 on an H200), ``_tile_coef_bwd_kernel``
 writes slabs of the coefficient matrix from GEMM tiles and the launcher multiplies
 each slab into the gradient with an XLA dot. Both share ``_common.coefficient``.
@@ -22,19 +23,21 @@ def _lse_bwd_kernel(
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics
+    xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
     xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
     n, m,
     cols_per_split,            # columns one program sweeps (a multiple of BLOCK_N)
     # output pointers
     dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
-    cs_ptr,                    # [splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
+    cs_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr, REUSE_Y: tl.constexpr,
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
-    PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
+    PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
+    HAS_TAB: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -49,6 +52,10 @@ def _lse_bwd_kernel(
   Out-of-range rows carry lse = +inf and g = 0 and out-of-range columns load as
   zero rows (no contribution to the dot or to sum c s), so only the last column
   tile (where 2^(0 - lse_r) could overflow the cast) and the diagonal tiles are masked.
+
+  HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; one
+  program for all D features, walked in NUM_D chunks of BLOCK_D; BLOCK_DO unused):
+  see ``prefix_gradient``.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -61,6 +68,16 @@ def _lse_bwd_kernel(
   col_off = tl.load(off_ptr + 1)
   row0 = pid_m * BLOCK_M
   rows = row0 + tl.arange(0, BLOCK_M)
+  j_lo = pid_s * cols_per_split
+  j_hi = tl.minimum(m, j_lo + cols_per_split)
+  if HAS_TAB:
+    prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
+                    cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
+                    g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, dx_ptr + pid_s.to(tl.int64) * n * D,
+                    cs_ptr + pid_s.to(tl.int64) * n, tl.num_programs(2) * n, D, BLOCK_M,
+                    BLOCK_N, BLOCK_D, NUM_D, K, SEGS, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK)
+    return
   x_t = tl.zeros([1, 1], dtype=tl.float32)
   if NUM_D == 1:
     x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
@@ -69,8 +86,6 @@ def _lse_bwd_kernel(
                                 ROW_THR)
   acc = tl.zeros([BLOCK_M, BLOCK_DO], dtype=tl.float32)
   cs = tl.zeros([BLOCK_M], dtype=tl.float32)
-  j_lo = pid_s * cols_per_split
-  j_hi = tl.minimum(m, j_lo + cols_per_split)
   for j0 in range(j_lo, j_hi, BLOCK_N):
     s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                         NUM_D, PRECISION)
@@ -93,6 +108,79 @@ def _lse_bwd_kernel(
   if WANT_CS:
     if pid_o == 0:
       tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
+
+
+@triton.jit
+def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
+                    cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
+                    g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, dx_ptr, cs_ptr, cs_stride,
+                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, K: tl.constexpr,
+                    SEGS: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
+                    ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+                    WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr):
+  """The Matryoshka body of ``_lse_bwd_kernel`` for one row tile and column split:
+
+      dx_i[segment k] = scale * sum_j C^k_ij y_j[segment k],
+      C^k_ij = sum_{k' >= k} c^k'_ij a_k',i b_k',j,   cs_k,i = sum_j c^k_ij s^k_ij,
+
+  with c^k the coefficient tile of dim k at the prefix cosines s^k = a_k b_k <x, y>_{:m_k}.
+  Per column tile: one walk over the feature chunks (each column chunk loaded once
+  for both dots) gives every prefix dot as a running sum and each dim's coefficients
+  at its segment end; then the suffix sums C^k, from the last dim down, each
+  multiply into their own segment's accumulators (one fp32 [BLOCK_M, BLOCK_D] tile
+  per chunk): the GEMM work of one plain pass. Only the K coefficient tiles of the
+  current column tile are kept (registers: 32 x 64 tiles with 8 warps fit an H200's
+  255 per thread at D = 512, K = 4).
+  """
+  rows = row0 + tl.arange(0, BLOCK_M)
+  in_rows = rows < n
+  acc = ()     # the rows' gradient, chunk by chunk
+  for c in tl.static_range(NUM_D):
+    acc = acc + (tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),)
+  cs = ()      # per dim: the rows' sums of c s
+  for k in tl.static_range(K):
+    cs = cs + (tl.zeros([BLOCK_M], dtype=tl.float32),)
+  for j0 in range(j_lo, j_hi, BLOCK_N):
+    cols = j0 + tl.arange(0, BLOCK_N)
+    y_c = ()
+    for c in tl.static_range(NUM_D):
+      y_c = y_c + (load_tile(y_ptr, j0, m, c, D, BLOCK_N, BLOCK_D),)
+    s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    coef_ab = ()
+    for k in tl.static_range(K):
+      # dim k's chunks: [end of dim k - 1, end of dim k) (constexpr bounds, inlined)
+      for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF, (SEGS >> (16 * k)) & 0xFFFF):
+        s = tl.dot(load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_D), tl.trans(y_c[c]), s,
+                   input_precision=PRECISION)
+      a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+      b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+      s_k = s * a[:, None] * b[None, :]
+      lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
+                                    in_rows, BLOCK_M, HAS_ROW, ROW_THR)
+      coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
+                         thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
+                         xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                         EXCLUDE_SELF, HAS_MASK)
+      if WANT_CS:
+        cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
+      coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
+    suffix = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k in tl.static_range(K - 1, -1, -1):
+      suffix = suffix + coef_ab[k]
+      for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF, (SEGS >> (16 * k)) & 0xFFFF):
+        if y_c[c].dtype == tl.float16:   # the prefix tables (>= 1) could overflow fp16
+          d = tl.dot(suffix, y_c[c].to(tl.float32), acc[c], input_precision="tf32")
+        else:
+          d = tl.dot(suffix.to(y_c[c].dtype), y_c[c], acc[c], input_precision=PRECISION)
+        acc = acc[:c] + (d,) + acc[c + 1:]
+  offs = tl.arange(0, BLOCK_M)[:, None] * D + tl.arange(0, BLOCK_D)[None, :]
+  for c in tl.static_range(NUM_D):
+    tl.store(dx_ptr + tl.cast(row0, tl.int64) * D + c * BLOCK_D + offs,
+             (acc[c] * out_mult).to(dx_ptr.dtype.element_ty), mask=in_rows[:, None])
+  if WANT_CS:
+    for k in tl.static_range(K):
+      tl.store(cs_ptr + k * cs_stride + rows, cs[k] * cs_mult, mask=in_rows)
 
 
 @triton.jit

@@ -336,7 +336,7 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd).
 
   prefix: Matryoshka ``(x_tab, y_tab, ladder)``, as for lse_fwd: the side statistics
-  and the returned sums are then [K, rows] (tiled kernel only). masks: as for lse_fwd.
+  and the returned sums are then [K, rows]. masks: as for lse_fwd.
   pair: None, or the columns' ``(want_cs, out_dtype)``: then also the columns' gradient
   ``scale * sum_i c_ij x_i`` and sums ``sum_i c_ij s_ij`` from the same coefficient
   slabs (tiled kernel only): ``(dx, cs, dy, cs_col)``."""
@@ -362,28 +362,35 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
                WANT_CS=want_cs, PRECISION=config.precision)
-  if config.bwd_tiled or prefix is not None or pair is not None:
+  if config.bwd_tiled or pair is not None:
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
                           interpret=interpret, scal=scal, g_max=g_max, prefix=prefix,
                           mask_args=mask_args, pair=pair)
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
-  block_d, num_d = _chunks(d, config.bwd_block_d)
-  block_do, num_do = _chunks(d, config.bwd_block_do)
+  if prefix is None:
+    block_d, num_d = _chunks(d, config.bwd_block_d)
+    block_do, num_do = _chunks(d, config.bwd_block_do)
+  else:   # Matryoshka: the ladder's chunks, one program for all the features of its rows
+    block_d, num_d = prefix[2].chunk, d // prefix[2].chunk
+    block_do, num_do = max(16, 1 << (d - 1).bit_length()), 1   # unused, but a power of two
+  k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_d)
   splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
   dx_dtype = out_dtype if splits == 1 else f32
   out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
-                jax.ShapeDtypeStruct((splits, n) if want_cs else (1,), f32)]
+                jax.ShapeDtypeStruct((k, splits, n) if want_cs else (1,), f32)]
   dx, cs = _call(
-      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, *mask_args, n, m,
-      per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
+      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, x_tab, y_tab, *mask_args,
+      n, m, per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
       num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
       name="memeff/lse_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
       BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
-      REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), **flags)
+      REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), K=k, SEGS=segs,
+      HAS_TAB=has_tab, **flags)
   dx = dx[0] if splits == 1 else jnp.sum(dx, axis=0)
-  return dx.astype(out_dtype), (jnp.sum(cs, axis=0) if want_cs else None)
+  cs = jnp.sum(cs, axis=1) if want_cs else None
+  return dx.astype(out_dtype), (cs if prefix is not None or cs is None else cs[0])
 
 
 @functools.cache
@@ -453,15 +460,16 @@ class TritonBackend:
     return "interpret" if self.interpret else "triton"
 
   def _setup(self, spec, x, x_tab, y_tab):
-    """(config, prefix or None): Matryoshka runs the tiled kernels."""
+    """(config, prefix or None): Matryoshka's config from ``matryoshka_config``."""
     d, dtype = x.shape[1], x.dtype
     smem = None if self.interpret else _device_smem_kib()
     cfg = spec.config if spec.config is not None else default_config(
         d, dtype, interpret=self.interpret, smem_kib=smem)
     if spec.dims is None:
       return cfg, None
-    cfg = matryoshka_config(cfg, jnp.dtype(dtype).itemsize, smem,
-                            retile=spec.config is None and not self.interpret)
+    cfg = matryoshka_config(cfg, d, jnp.dtype(dtype).itemsize, smem,
+                            retile=spec.config is None and not self.interpret,
+                            interpret=self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
@@ -484,8 +492,8 @@ class TritonBackend:
 
   def pairs(self, x, spec) -> bool:
     """Whether ``bwd_pair`` serves this block: the tiled gradient with ``bwd_pair``."""
-    cfg, prefix = self._setup(spec, x, None, None)
-    return cfg.bwd_pair and (cfg.bwd_tiled or prefix is not None)
+    cfg = self._setup(spec, x, None, None)[0]
+    return cfg.bwd_pair and cfg.bwd_tiled
 
   def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
                out_dtype):
