@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 from typing import Literal
 
 import numpy as np
@@ -157,26 +159,37 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   return cfg
 
 
-def matryoshka_config(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int | None = None,
+def ladder_chunk(dims, block: int) -> int:
+  """The feature chunk the kernels walk a Matryoshka ladder in: ``block``, or where a
+  dim is no multiple of it the largest power of two dividing every dim (at least 16;
+  the segments are then zero-padded to it)."""
+  if all(m % block == 0 for m in dims):
+    return block
+  g = functools.reduce(math.gcd, dims)
+  return max(16, min(block, g & -g))
+
+
+def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | None = None,
                       *, retile: bool = True, interpret: bool = False) -> KernelConfig:
-  """The config of a Matryoshka block: the tiled forward (one feature walk with an
-  epilogue per dim) and, where its accumulator fits (d_pad <= 512), the
-  FlashAttention-shaped gradient, else the tiled one; one feature chunk for both
+  """The config of a Matryoshka block with prefix ``dims``: the tiled forward (one
+  feature walk with an epilogue per dim) and, where it compiles without spilling,
+  the FlashAttention-shaped gradient, else the tiled one; one feature chunk for both
   passes (the ladder is laid out in chunks).
 
   retile (the GPU defaults; sm_90 compile and H200 timings at K = 4, D = 512,
   benchmarks/NOTES.md): the forward 64 x 64 with 4 warps (67 ms against 77 for
-  128 x 64 with 8 warps: the K epilogues, not the GEMM, set its time); for 16-bit
-  inputs up to d_pad = 512 the FlashAttention-shaped gradient, 32 x 64 with 8 warps
-  and 3 stages (no spills; 64-row tiles spill, the accumulator alone being 128
-  registers a thread), otherwise (fp32's sixteen 32-feature accumulators spill) the
-  tiled gradient, 64 x 64 with 8 warps.
-  Otherwise (a user's config, the interpreter) the passes keep their tiles; an
-  untiled forward, and an untiled gradient above d_pad = 512 or (on a GPU) for fp32,
-  are switched to the tiled ones, fitted to ``smem_kib`` (None: the H100's 227 KiB).
+  128 x 64 with 8 warps: the K epilogues, not the GEMM, set its time). The
+  FlashAttention-shaped gradient, 32 x 64 with 8 warps and 3 stages (no spills), for
+  16-bit inputs, d_pad <= 512 and a ladder of 64-feature chunks (multiples of 64);
+  narrower chunks (ragged ladders, fp32's 32) mean more, smaller accumulator tiles
+  that spill 1-27 KB a thread, and 64-row tiles spill too. Otherwise the tiled
+  gradient, 64 x 64 with 8 warps. The interpreter takes the FlashAttention-shaped
+  gradient wherever it is not tiled. A user's config keeps its tiles; an untiled
+  forward, and an untiled gradient where the rule above says tiled, are switched to
+  the tiled kernels, fitted to ``smem_kib`` (None: the H100's 227 KiB).
   """
   bk = 64 if itemsize < 4 else 32
-  fa = _pow2(d) <= 512 and (itemsize < 4 or interpret)
+  fa = interpret or (itemsize < 4 and _pow2(dims[-1]) <= 512 and ladder_chunk(dims, bk) == bk)
   if retile:
     cfg = dataclasses.replace(
         cfg, fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=4,

@@ -160,9 +160,9 @@ MRL_CASES = [(1, 16, (16,)), (300, 72, (8, 40, 72)), (2085, 512, (64, 128, 256, 
 @pytest.mark.parametrize("b,d,dims", MRL_CASES)
 def test_matryoshka_triton(family, dtype, b, d, dims):
   # Fused Matryoshka (ragged ladders padded per segment) against the float64 fused
-  # reference, every option on. bf16: the default configs (FlashAttention-shaped
-  # gradient up to d = 512, tiled above); fp32: ieee dots on the plain configs' tiles
-  # (the tiled gradient).
+  # reference, every option on. bf16: the default configs (the FlashAttention-shaped
+  # gradient for the 64-aligned ladder at d = 512, the tiled one for the others); fp32:
+  # ieee dots on the plain configs' tiles (the tiled gradient).
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),

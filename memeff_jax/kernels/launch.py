@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import math
 import threading
 from typing import NamedTuple
 
@@ -20,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from memeff_jax import _compat
-from memeff_jax.config import KernelConfig, default_config, matryoshka_config
+from memeff_jax.config import KernelConfig, default_config, ladder_chunk, matryoshka_config
 from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
@@ -418,10 +417,7 @@ class Ladder(NamedTuple):
 
   @classmethod
   def of(cls, dims, block: int) -> "Ladder":
-    chunk = block
-    if any(m % block for m in dims):   # the largest power of two dividing every dim
-      g = functools.reduce(math.gcd, dims)
-      chunk = max(16, min(block, g & -g))
+    chunk = ladder_chunk(dims, block)
     ends = tuple(itertools.accumulate(_cdiv(hi - lo, chunk) * chunk
                                       for lo, hi in zip((0,) + dims[:-1], dims)))
     return cls(tuple(dims), ends, chunk)
@@ -467,7 +463,7 @@ class TritonBackend:
         d, dtype, interpret=self.interpret, smem_kib=smem)
     if spec.dims is None:
       return cfg, None
-    cfg = matryoshka_config(cfg, d, jnp.dtype(dtype).itemsize, smem,
+    cfg = matryoshka_config(cfg, spec.dims, jnp.dtype(dtype).itemsize, smem,
                             retile=spec.config is None and not self.interpret,
                             interpret=self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
