@@ -55,18 +55,20 @@ CANDIDATES = {
     1024: [_tb(128, 128, 64, 8, 3), _tb(64, 128, 64, 4, 4, slab_kib=131072),
            _tb(128, 64, 64, 4, 4), dict(bwd_pair=False)],
 }
-# Matryoshka: the tiled forward with 128 x 64 tiles, then gradient candidates (the
-# FlashAttention-shaped one with several tiles, the tiled one unpaired and paired),
-# then forward candidates.
-_MF = _tf(128, 64, 64, 8, 3)
+# Matryoshka: the tiled forward with the default 64 x 64 tiles, then gradient
+# candidates (FlashAttention-shaped with several tiles and, with bwd_block_do < d, a
+# launch per feature range so 64-row tiles fit the registers and use wgmma; the tiled
+# one unpaired and paired), then forward candidates.
+_MF = _tf(64, 64, 64, 4, 3)
 MRL_CANDIDATES = {
-    512: [dict(_MF, **_b(32, 64, 8, 2)), dict(_MF, **_b(32, 64, 8, 3)),
-          dict(_MF, **_b(32, 128, 8, 2)), dict(_MF, **_b(64, 64, 8, 2)),
-          dict(_MF, **_b(32, 32, 8, 2)), dict(_MF, **_b(32, 64, 4, 2)),
+    512: [dict(_MF, **_b(32, 64, 8, 3)), dict(_MF, **_b(64, 64, 8, 3, bwd_block_do=256)),
+          dict(_MF, **_b(64, 64, 8, 2, bwd_block_do=256)),
+          dict(_MF, **_b(64, 64, 8, 3, bwd_block_do=128)),
+          dict(_MF, **_b(128, 64, 8, 3, bwd_block_do=128)),
+          dict(_MF, **_b(32, 64, 8, 2)), dict(_MF, **_b(32, 128, 8, 2)),
           dict(_MF, **_tb(64, 64, 64, 8, 3)), dict(_MF, **_tb(64, 64, 64, 8, 3, bwd_pair=True)),
-          dict(_tf(128, 128, 64, 8, 3), **_b(32, 64, 8, 2)),
-          dict(_tf(64, 64, 64, 4, 3), **_b(32, 64, 8, 2)),
-          dict(_tf(128, 64, 64, 8, 4), **_b(32, 64, 8, 2))],
+          dict(_tf(128, 64, 64, 8, 3), **_b(32, 64, 8, 3)),
+          dict(_tf(64, 64, 64, 4, 4), **_b(32, 64, 8, 3))],
 }
 
 

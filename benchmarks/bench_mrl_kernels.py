@@ -58,8 +58,8 @@ def gradient(x, y, k, segs, bm, bn, warps, stages, tables=True):
       *args, D=D, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=64 if tables else D,
       NUM_D=D // 64 if tables else 1, BLOCK_DO=D, REUSE_Y=not tables, HAS_ROW=True,
       HAS_COL=True, ROW_THR=False, COL_THR=False, EXCLUDE_SELF=True, WANT_CS=True,
-      PRECISION="tf32", HAS_MASK=False, K=k, SEGS=segs, HAS_TAB=tables, num_warps=warps,
-      num_stages=stages), warmup=3, rep=40)
+      PRECISION="tf32", HAS_MASK=False, K=k, SEGS=segs, HAS_TAB=tables, OUT_LO=0,
+      OUT_HI=D // 64 if tables else 1, num_warps=warps, num_stages=stages), warmup=3, rep=40)
 
 
 def main():

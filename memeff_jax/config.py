@@ -26,7 +26,9 @@ class KernelConfig:
       values walk the features in chunks (large ``d``).
     bwd_block_do: feature width of one gradient program's fp32 accumulator. Below
       ``d``, the grid gains a feature axis and each program recomputes its
-      similarities (no atomics, still deterministic).
+      similarities (no atomics, still deterministic); Matryoshka's
+      FlashAttention-shaped gradient makes one launch per range of this many
+      features instead (rounded to its chunks).
     max_programs: cap on forward programs when column statistics are needed;
       each keeps one fp32 partial per column, so this bounds that O(programs * m)
       buffer.

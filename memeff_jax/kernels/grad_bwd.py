@@ -29,7 +29,8 @@ def _lse_bwd_kernel(
     n, m,
     cols_per_split,            # columns one program sweeps (a multiple of BLOCK_N)
     # output pointers
-    dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
+    dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j (HAS_TAB:
+                               # [splits, n, (OUT_HI - OUT_LO) * BLOCK_D], those chunks)
     cs_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -37,7 +38,7 @@ def _lse_bwd_kernel(
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr,
+    HAS_TAB: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -53,9 +54,9 @@ def _lse_bwd_kernel(
   zero rows (no contribution to the dot or to sum c s), so only the last column
   tile (where 2^(0 - lse_r) could overflow the cast) and the diagonal tiles are masked.
 
-  HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; one
-  program for all D features, walked in NUM_D chunks of BLOCK_D; BLOCK_DO unused):
-  see ``prefix_gradient``.
+  HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; the
+  features walked in NUM_D chunks of BLOCK_D, this launch writing the gradient of
+  chunks [OUT_LO, OUT_HI); BLOCK_DO unused): see ``prefix_gradient``.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -73,10 +74,11 @@ def _lse_bwd_kernel(
   if HAS_TAB:
     prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
                     cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
-                    g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, dx_ptr + pid_s.to(tl.int64) * n * D,
+                    g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr,
+                    dx_ptr + pid_s.to(tl.int64) * n * (OUT_HI - OUT_LO) * BLOCK_D,
                     cs_ptr + pid_s.to(tl.int64) * n, tl.num_programs(2) * n, D, BLOCK_M,
-                    BLOCK_N, BLOCK_D, NUM_D, K, SEGS, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                    EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK)
+                    BLOCK_N, BLOCK_D, NUM_D, K, SEGS, OUT_LO, OUT_HI, HAS_ROW, HAS_COL,
+                    ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK)
     return
   x_t = tl.zeros([1, 1], dtype=tl.float32)
   if NUM_D == 1:
@@ -116,7 +118,8 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
                     g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, dx_ptr, cs_ptr, cs_stride,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, K: tl.constexpr,
-                    SEGS: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
+                    SEGS: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr,
+                    HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
                     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
                     WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr):
   """The Matryoshka body of ``_lse_bwd_kernel`` for one row tile and column split:
@@ -132,11 +135,17 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
   per chunk): the GEMM work of one plain pass. Only the K coefficient tiles of the
   current column tile are kept (registers: 32 x 64 tiles with 8 warps fit an H200's
   255 per thread at D = 512, K = 4).
+
+  The accumulators cover the output chunks [OUT_LO, OUT_HI) (a launch per range
+  when ``bwd_block_do`` < D: fewer accumulators, so taller tiles fit the registers,
+  for a prefix walk per launch); dims ending at or before chunk OUT_LO touch none
+  of them and are skipped. ``cs`` needs every dim: only with OUT_LO = 0.
   """
+  tl.static_assert((not WANT_CS) or OUT_LO == 0)
   rows = row0 + tl.arange(0, BLOCK_M)
   in_rows = rows < n
   acc = ()     # the rows' gradient, chunk by chunk
-  for c in tl.static_range(NUM_D):
+  for c in tl.static_range(OUT_LO, OUT_HI):
     acc = acc + (tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),)
   cs = ()      # per dim: the rows' sums of c s
   for k in tl.static_range(K):
@@ -153,31 +162,39 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
       for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF, (SEGS >> (16 * k)) & 0xFFFF):
         s = tl.dot(load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_D), tl.trans(y_c[c]), s,
                    input_precision=PRECISION)
-      a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
-      b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
-      s_k = s * a[:, None] * b[None, :]
-      lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
-                                    in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-      coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
-                         thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
-                         xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                         EXCLUDE_SELF, HAS_MASK)
-      if WANT_CS:
-        cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
-      coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
+      if ((SEGS >> (16 * k)) & 0xFFFF) > OUT_LO:
+        a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+        b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+        s_k = s * a[:, None] * b[None, :]
+        lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n,
+                                      rows, in_rows, BLOCK_M, HAS_ROW, ROW_THR)
+        coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
+                           thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
+                           xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR,
+                           COL_THR, EXCLUDE_SELF, HAS_MASK)
+        if WANT_CS:
+          cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
+        coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
+      else:   # a placeholder keeps the tuple indexed by dim
+        coef_ab = coef_ab + (tl.zeros([1, 1], dtype=tl.float32),)
     suffix = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in tl.static_range(K - 1, -1, -1):
-      suffix = suffix + coef_ab[k]
-      for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF, (SEGS >> (16 * k)) & 0xFFFF):
-        if y_c[c].dtype == tl.float16:   # the prefix tables (>= 1) could overflow fp16
-          d = tl.dot(suffix, y_c[c].to(tl.float32), acc[c], input_precision="tf32")
-        else:
-          d = tl.dot(suffix.to(y_c[c].dtype), y_c[c], acc[c], input_precision=PRECISION)
-        acc = acc[:c] + (d,) + acc[c + 1:]
-  offs = tl.arange(0, BLOCK_M)[:, None] * D + tl.arange(0, BLOCK_D)[None, :]
-  for c in tl.static_range(NUM_D):
-    tl.store(dx_ptr + tl.cast(row0, tl.int64) * D + c * BLOCK_D + offs,
-             (acc[c] * out_mult).to(dx_ptr.dtype.element_ty), mask=in_rows[:, None])
+      if ((SEGS >> (16 * k)) & 0xFFFF) > OUT_LO:
+        suffix = suffix + coef_ab[k]
+        for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF,
+                                 (SEGS >> (16 * k)) & 0xFFFF):
+          if c >= OUT_LO and c < OUT_HI:
+            if y_c[c].dtype == tl.float16:   # the prefix tables (>= 1) could overflow fp16
+              d = tl.dot(suffix, y_c[c].to(tl.float32), acc[c - OUT_LO], input_precision="tf32")
+            else:
+              d = tl.dot(suffix.to(y_c[c].dtype), y_c[c], acc[c - OUT_LO],
+                         input_precision=PRECISION)
+            acc = acc[:c - OUT_LO] + (d,) + acc[c - OUT_LO + 1:]
+  width = (OUT_HI - OUT_LO) * BLOCK_D
+  offs = tl.arange(0, BLOCK_M)[:, None] * width + tl.arange(0, BLOCK_D)[None, :]
+  for c in tl.static_range(OUT_LO, OUT_HI):
+    tl.store(dx_ptr + tl.cast(row0, tl.int64) * width + (c - OUT_LO) * BLOCK_D + offs,
+             (acc[c - OUT_LO] * out_mult).to(dx_ptr.dtype.element_ty), mask=in_rows[:, None])
   if WANT_CS:
     for k in tl.static_range(K):
       tl.store(cs_ptr + k * cs_stride + rows, cs[k] * cs_mult, mask=in_rows)
