@@ -56,7 +56,7 @@ def _lse_bwd_kernel(
 
   HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; the
   features walked in NUM_D chunks of BLOCK_D, this launch writing the gradient of
-  chunks [OUT_LO, OUT_HI); BLOCK_DO unused): see ``prefix_gradient``.
+  chunks [OUT_LO, OUT_HI); BLOCK_DO and REUSE_Y unused): see ``prefix_gradient``.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -79,37 +79,37 @@ def _lse_bwd_kernel(
                     cs_ptr + pid_s.to(tl.int64) * n, tl.num_programs(2) * n, D, BLOCK_M,
                     BLOCK_N, BLOCK_D, NUM_D, K, SEGS, OUT_LO, OUT_HI, HAS_ROW, HAS_COL,
                     ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK)
-    return
-  x_t = tl.zeros([1, 1], dtype=tl.float32)
-  if NUM_D == 1:
-    x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
-  in_rows = rows < n
-  lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW,
-                                ROW_THR)
-  acc = tl.zeros([BLOCK_M, BLOCK_DO], dtype=tl.float32)
-  cs = tl.zeros([BLOCK_M], dtype=tl.float32)
-  for j0 in range(j_lo, j_hi, BLOCK_N):
-    s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
-                        NUM_D, PRECISION)
-    coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                       lse_c_ptr, g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
-                       HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK)
+  else:   # (an early return would still compile this body)
+    x_t = tl.zeros([1, 1], dtype=tl.float32)
+    if NUM_D == 1:
+      x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
+    in_rows = rows < n
+    lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW,
+                                  ROW_THR)
+    acc = tl.zeros([BLOCK_M, BLOCK_DO], dtype=tl.float32)
+    cs = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for j0 in range(j_lo, j_hi, BLOCK_N):
+      s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
+                          NUM_D, PRECISION)
+      coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
+                         lse_c_ptr, g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
+                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK)
+      if WANT_CS:
+        cs += tl.sum(coef * s, 1)
+      if REUSE_Y:
+        y_o = y_t
+      else:
+        y_o = load_tile(y_ptr, j0, m, pid_o, D, BLOCK_N, BLOCK_DO)
+      acc = tl.dot(coef.to(y_o.dtype), y_o, acc, input_precision=PRECISION)
+    dx = acc * out_mult
+    feats = pid_o * BLOCK_DO + tl.arange(0, BLOCK_DO)
+    base = dx_ptr + (pid_s.to(tl.int64) * n + row0) * D
+    offs = tl.arange(0, BLOCK_M)[:, None] * D + feats[None, :]
+    tl.store(base + offs, dx.to(dx_ptr.dtype.element_ty),
+             mask=in_rows[:, None] & (feats[None, :] < D))
     if WANT_CS:
-      cs += tl.sum(coef * s, 1)
-    if REUSE_Y:
-      y_o = y_t
-    else:
-      y_o = load_tile(y_ptr, j0, m, pid_o, D, BLOCK_N, BLOCK_DO)
-    acc = tl.dot(coef.to(y_o.dtype), y_o, acc, input_precision=PRECISION)
-  dx = acc * out_mult
-  feats = pid_o * BLOCK_DO + tl.arange(0, BLOCK_DO)
-  base = dx_ptr + (pid_s.to(tl.int64) * n + row0) * D
-  offs = tl.arange(0, BLOCK_M)[:, None] * D + feats[None, :]
-  tl.store(base + offs, dx.to(dx_ptr.dtype.element_ty),
-           mask=in_rows[:, None] & (feats[None, :] < D))
-  if WANT_CS:
-    if pid_o == 0:
-      tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
+      if pid_o == 0:
+        tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
 
 
 @triton.jit

@@ -388,13 +388,13 @@ def _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_
                 interpret, block_d, num_d, prefix, out_chunks, block_do=None, num_do=1):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
   ``(dx, cs)``, cs [K, n] or None. Matryoshka (``prefix``): the gradient of the feature
-  chunks ``out_chunks`` = (lo, hi) only."""
+  chunks ``out_chunks`` = (lo, hi) only; ``block_do`` / ``num_do`` are the plain body's
+  feature axis."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   f32 = jnp.float32
   k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_d)
-  if block_do is None:   # unused by the Matryoshka body, but compiled: a power of two
-    block_do = max(16, 1 << (d - 1).bit_length())
+  block_do = d if block_do is None else block_do   # None: Matryoshka, unused
   width = d if prefix is None else (out_chunks[1] - out_chunks[0]) * block_d
   splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
   dx_dtype = out_dtype if splits == 1 else f32
