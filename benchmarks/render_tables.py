@@ -159,11 +159,13 @@ def bxd(cells: dict, name: str) -> str:
 
 
 def bxd_before(replaced: dict) -> str:
-  """The replaced cells as first measured: "107 / 2835 ms for CLIP and ...". """
-  names = sorted({k[0] for k in replaced}, key=order)
+  """memeff_jax's replaced cells as first measured: "25.0 (65536 x 128), ... ms for CLIP
+  and ..." (memeff's replaced cells are the same code measured again)."""
+  names = sorted({k[0] for k in replaced if k[1] == "triton"}, key=order)
   return " and ".join(
-      " / ".join(fmt_ms(replaced[k]["ms"]) for k in sorted(replaced) if k[0] == name)
-      + f" ms for {label(name)}" for name in names)
+      ", ".join(f"{fmt_ms(replaced[k]['ms'])} ({k[2]} x {k[3]})" for k in sorted(replaced)
+                if k[0] == name and k[1] == "triton") + f" ms for {label(name)}"
+      for name in names)
 
 
 def pyplot():
@@ -400,7 +402,7 @@ def main(argv=None):
   p.add_argument("--readme", default="README.md")
   p.add_argument("--prefix", default="h200", help="the GPU the CSVs' names start with")
   p.add_argument("--plots", default=None, help="where the PNGs go (default <results>/plots)")
-  p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv",
+  p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv,{prefix}_shared_exp.csv",
                  help="CSVs (in --results) of B x D cells measured after the table run")
   p.add_argument("--check", action="store_true", help="exit 1 if the README is not current")
   a = p.parse_args(argv)

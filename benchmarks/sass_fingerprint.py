@@ -36,8 +36,10 @@ TILE_BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 10 
 BWD_ARGS = lambda dt: ([f"*{dt}"] * 2 + ["*fp32", "*i32"] + ["*fp32"] * 10 + ["i32"] * 3 +
                        [f"*{dt}", "*fp32"])
 MRL_SEGS = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-wide chunks
-BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS"]
-BWD_CASES = [(1, 1, 0, 0, 1, 0), (1, 0, 1, 0, 1, 1), (0, 1, 0, 1, 1, 0), (1, 1, 1, 1, 1, 1)]
+BWD_FLAGS = ["HAS_ROW", "HAS_COL", "ROW_THR", "COL_THR", "EXCLUDE_SELF", "WANT_CS", "SHARED"]
+# The last case also gets HAS_MASK.
+BWD_CASES = [(1, 1, 0, 0, 1, 0, 0), (1, 1, 0, 0, 1, 0, 1), (1, 0, 1, 0, 1, 1, 0),
+             (0, 1, 0, 1, 1, 0, 0), (1, 1, 1, 1, 1, 1, 1), (1, 1, 1, 1, 1, 1, 0)]
 
 
 def fingerprint(kernel, arg_types, constexprs, warps, stages) -> str:

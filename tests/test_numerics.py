@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
+from memeff_jax.kernels.launch import SHARED_SPAN
 from tests._check import sampled
 from tests._tolerances import grad_err
 
@@ -100,3 +101,42 @@ def test_tiny_loss_is_accurate():
     v = float(lit_loss(x, y, temperature=0.05, backend=backend))
     ref, _ = _f64(reference.lit_loss, [x, y], (0,), temperature=0.05)
     assert 0 < ref < 1e-6 and abs(v - ref) <= 1e-4 * ref, (v, ref)
+
+
+def _graded_rows(seed, b, d, cos_lo, cos_hi):
+  # Every text leans on one direction m (cos ~0.7); image i's cosine to m runs evenly
+  # over [cos_lo, cos_hi], so rows' log-sum-exps over their negatives spread apart.
+  r = np.random.default_rng(seed)
+  m = _unit(r.standard_normal(d))
+  y = _unit(0.7 * m + 0.7 * _unit(r.standard_normal((b, d))))
+  w = r.standard_normal((b, d))
+  w = _unit(w - (w @ m)[:, None] * m)
+  c = np.linspace(cos_lo, cos_hi, b)[:, None]
+  return (jnp.asarray(_unit(c * m + np.sqrt(1 - c * c) * w), jnp.float32),
+          jnp.asarray(y, jnp.float32))
+
+
+def _lse_span(x, y, t):
+  # Largest minus smallest row and column log2-sum-exp over the negatives (the kernels'
+  # statistics; the positives are added outside them) of z = s / t * log2(e): what
+  # decides whether a gradient tile holding all of them shares one exponential.
+  z = np.asarray(x, np.float64) @ np.asarray(y, np.float64).T / t / np.log(2)
+  np.fill_diagonal(z, -np.inf)
+  lse = np.concatenate([np.log2(np.sum(np.exp2(z), a)) for a in (0, 1)])
+  return lse.max() - lse.min()
+
+
+# (cos_lo, cos_hi, t): lse spans over the block of 49 and 63 (one exponential per entry
+# shared by both softmax roles; at 63 the weakest rows' terms sit near 2^-126) and 375
+# (two exponentials; sharing would give NaN). The span is asserted, so each case keeps
+# testing its branch.
+@pytest.mark.parametrize("cos_lo,cos_hi,t,shared", [(0.4, 0.8, 0.01, True),
+                                                    (0.25, 0.8, 0.01, True),
+                                                    (-0.9, 0.9, 0.005, False)])
+def test_gradient_shared_exponential(cos_lo, cos_hi, t, shared):
+  x, y = _graded_rows(6, 48, 64, cos_lo, cos_hi)
+  assert (_lse_span(x, y, t) <= SHARED_SPAN) == shared, _lse_span(x, y, t)
+  for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
+    _check(lambda a, b: fn(a, b, temperature=t, backend="interpret", normalized_inputs=True),
+           lambda a, b: ref(a, b, temperature=t, normalized_inputs=True), [x, y],
+           val_rtol=1e-5, grad_tol=1e-4)

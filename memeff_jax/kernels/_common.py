@@ -147,30 +147,47 @@ def row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M: tl.constexp
 def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r, lse_c_ptr,
                 g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
-                COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr):
+                COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
+                SHARED: tl.constexpr):
   """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
 
   with z = s * scale2 (log2 units). The row statistics come as [BLOCK_M] tensors
   (rows out of range: lse = +inf, g = 0), the column ones are loaded here.
+
+  SHARED (both roles): the launcher has rebased both roles on one shift t, passed as
+  every row's lse (g_r, g_c then hold g 2^(t - lse); lse_c is not read), so one
+  exponential per entry serves both: c_ij = 2^(z_ij - t) (g_r_i keep^r_ij + g_c_j
+  keep^c_ij). Kept entries have z <= t; the clamp keeps dropped ones finite.
   """
   cols = col0 + tl.arange(0, BLOCK_N)
   z = s * scale2
   coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-  if HAS_ROW:   # row-role softmax: g_i * P_ij
-    p = tl.exp2(z - lse_r[:, None])
+  if SHARED:
+    tl.static_assert(HAS_ROW and HAS_COL)
+    f_r = g_r[:, None]
     if ROW_THR:
-      p = tl.where(s <= thr_r[:, None], p, 0.0)
-    coef += g_r[:, None] * p
-  if HAS_COL:   # column-role softmax: g_j * P_ji
-    in_cols = cols < m
-    lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
-    g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
-    p = tl.exp2(z - lse_c[None, :])
+      f_r = tl.where(s <= thr_r[:, None], f_r, 0.0)
+    f_c = tl.load(g_c_ptr + cols, mask=cols < m, other=0.0)[None, :]
     if COL_THR:
-      thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
-      p = tl.where(s <= thr_c[None, :], p, 0.0)
-    coef += g_c[None, :] * p
+      thr_c = tl.load(thr_c_ptr + cols, mask=cols < m, other=0.0)
+      f_c = tl.where(s <= thr_c[None, :], f_c, 0.0)
+    coef = tl.exp2(tl.minimum(z - lse_r[:, None], 8.0)) * (f_r + f_c)
+  else:
+    if HAS_ROW:   # row-role softmax: g_i * P_ij
+      p = tl.exp2(z - lse_r[:, None])
+      if ROW_THR:
+        p = tl.where(s <= thr_r[:, None], p, 0.0)
+      coef += g_r[:, None] * p
+    if HAS_COL:   # column-role softmax: g_j * P_ji
+      in_cols = cols < m
+      lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
+      g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
+      p = tl.exp2(z - lse_c[None, :])
+      if COL_THR:
+        thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
+        p = tl.where(s <= thr_c[None, :], p, 0.0)
+      coef += g_c[None, :] * p
   return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
                     BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)

@@ -22,7 +22,7 @@ def _lse_bwd_kernel(
     scal_ptr,                  # [3] fp32: scale * log2(e), scale * g_max, g_max
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
-    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics
+    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics (SHARED: lse_c unused)
     xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
     xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
@@ -38,7 +38,7 @@ def _lse_bwd_kernel(
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr,
+    HAS_TAB: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr, SHARED: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -53,6 +53,9 @@ def _lse_bwd_kernel(
   Out-of-range rows carry lse = +inf and g = 0 and out-of-range columns load as
   zero rows (no contribution to the dot or to sum c s), so only the last column
   tile (where 2^(0 - lse_r) could overflow the cast) and the diagonal tiles are masked.
+
+  SHARED: both roles' statistics rebased on one shift, one exponential per entry
+  (``_common.coefficient``; the launcher decides, see launch.lse_bwd).
 
   HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; the
   features walked in NUM_D chunks of BLOCK_D, this launch writing the gradient of
@@ -78,7 +81,7 @@ def _lse_bwd_kernel(
                     dx_ptr + pid_s.to(tl.int64) * n * (OUT_HI - OUT_LO) * BLOCK_D,
                     cs_ptr + pid_s.to(tl.int64) * n, tl.num_programs(2) * n, D, BLOCK_M,
                     BLOCK_N, BLOCK_D, NUM_D, K, SEGS, OUT_LO, OUT_HI, HAS_ROW, HAS_COL,
-                    ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK)
+                    ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK, SHARED)
   else:   # (an early return would still compile this body)
     x_t = tl.zeros([1, 1], dtype=tl.float32)
     if NUM_D == 1:
@@ -93,7 +96,7 @@ def _lse_bwd_kernel(
                           NUM_D, PRECISION)
       coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                          lse_c_ptr, g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
-                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK)
+                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
       if WANT_CS:
         cs += tl.sum(coef * s, 1)
       if REUSE_Y:
@@ -121,7 +124,8 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
                     SEGS: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr,
                     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
                     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-                    WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr):
+                    WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
+                    SHARED: tl.constexpr):
   """The Matryoshka body of ``_lse_bwd_kernel`` for one row tile and column split:
 
       dx_i[segment k] = scale * sum_j C^k_ij y_j[segment k],
@@ -171,7 +175,7 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
         coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
                            thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
                            xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR,
-                           COL_THR, EXCLUDE_SELF, HAS_MASK)
+                           COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
         if WANT_CS:
           cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
         coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
@@ -207,7 +211,7 @@ def _tile_coef_bwd_kernel(
     scal_ptr,                  # [1] fp32: scale * log2(e)
     off_ptr,                   # [3] int32: global offsets of row 0 and column 0, first slab row
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [K, n] row-role statistics (log2 units, +inf if empty)
-    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics
+    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics (SHARED: lse_c unused)
     xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
     xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
@@ -222,6 +226,7 @@ def _tile_coef_bwd_kernel(
     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
     K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
+    SHARED: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -266,7 +271,7 @@ def _tile_coef_bwd_kernel(
     coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                        lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xm_ptr, ym_ptr,
                        BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF,
-                       HAS_MASK)
+                       HAS_MASK, SHARED)
     if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
       coef = tl.where(in_rows[:, None], coef, 0.0)
     if HAS_TAB:

@@ -24,6 +24,10 @@ from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
 LOG2E = 1.4426950408889634
+# The widest spread (log2 units) of a block's row and column log-sum-exps for which the
+# gradient shares one exponential per entry between the two softmax roles (lse_bwd):
+# the terms that matter, P >= 2^-60, then stay normal floats (2^(z - t) >= 2^-124).
+SHARED_SPAN = 64.0
 LN2 = 0.6931471805599453
 
 
@@ -347,20 +351,46 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   g_max = jnp.where(jnp.isfinite(g_max) & (g_max > 0), g_max, 1.0)
   scal = jnp.stack([scale * LOG2E, scale * g_max, g_max]).astype(f32)
   dummy = jnp.zeros((1,), f32)
+  lse2 = lambda side: (side.lse * LOG2E).astype(f32)
+  thr = lambda side: dummy if side.thr is None else side.thr.astype(f32).reshape(-1)
 
   def stats(side):
     if side is None:
       return dummy, dummy, dummy
-    thr = dummy if side.thr is None else side.thr.astype(f32).reshape(-1)
-    return ((side.lse * LOG2E).astype(f32).reshape(-1),
-            (side.g / g_max).astype(f32).reshape(-1), thr)
+    return lse2(side).reshape(-1), (side.g / g_max).astype(f32).reshape(-1), thr(side)
 
-  side_stats = (*stats(row), *stats(col))
   *mask_args, has_mask = _mask_args(masks)
   flags = dict(HAS_MASK=has_mask, HAS_ROW=row is not None, HAS_COL=col is not None,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
                WANT_CS=want_cs, PRECISION=config.precision)
+  go = functools.partial(_lse_bwd_launch, x, y, scale, offsets, want_cs=want_cs,
+                         out_dtype=out_dtype, config=config, interpret=interpret, scal=scal,
+                         g_max=g_max, prefix=prefix, mask_args=mask_args, pair=pair)
+  plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
+  if row is None or col is None:
+    return plain()
+  # Both roles: rebase them on one shift t per dim (the largest finite lse), so one
+  # exponential per entry serves both, c = 2^(z - t) (g_r 2^(t - lse_r) + g_c 2^(t - lse_c)),
+  # where every lse of the block lies within SHARED_SPAN of t (else, or NaN: two).
+  k = 1 if prefix is None else prefix[0].shape[0]
+  per_dim = lambda side: lse2(side).reshape(k, -1)
+  top = lambda l: jnp.max(jnp.where(l < jnp.inf, l, -jnp.inf), axis=1, keepdims=True)
+  t = jnp.maximum(top(per_dim(row)), top(per_dim(col)))   # [K, 1]
+  low = jnp.minimum(jnp.min(per_dim(row), axis=1, keepdims=True),
+                    jnp.min(per_dim(col), axis=1, keepdims=True))
+  ok = jnp.all(t - low <= SHARED_SPAN)
+  t = jnp.where(jnp.isfinite(t), t, 0.0)
+  rebase = lambda side: ((side.g / g_max).astype(f32).reshape(k, -1) *
+                         jnp.exp2(t - per_dim(side))).reshape(-1)
+  shared = lambda: go((jnp.broadcast_to(t, (k, x.shape[0])).reshape(-1), rebase(row), thr(row),
+                       dummy, rebase(col), thr(col)), dict(flags, SHARED=True))
+  return jax.lax.cond(ok, shared, plain)
+
+
+def _lse_bwd_launch(x, y, scale, offsets, side_stats, flags, *, want_cs, out_dtype, config,
+                    interpret, scal, g_max, prefix, mask_args, pair):
+  """lse_bwd's launches for one form of the statistics (``side_stats``, ``flags``)."""
   if config.bwd_tiled or pair is not None:
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
