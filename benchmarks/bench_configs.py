@@ -56,16 +56,11 @@ CANDIDATES = {
            _tb(128, 64, 64, 4, 4), dict(bwd_pair=False)],
 }
 # Matryoshka: the tiled forward with the default 64 x 64 tiles, then gradient
-# candidates (FlashAttention-shaped with several tiles and, with bwd_block_do < d, a
-# launch per feature range so 64-row tiles fit the registers and use wgmma; the tiled
-# one unpaired and paired), then forward candidates.
+# candidates (FlashAttention-shaped with several tiles; the tiled one unpaired and
+# paired), then forward candidates.
 _MF = _tf(64, 64, 64, 4, 3)
 MRL_CANDIDATES = {
-    512: [dict(_MF, **_b(32, 64, 8, 3)), dict(_MF, **_b(64, 64, 8, 3, bwd_block_do=256)),
-          dict(_MF, **_b(64, 64, 8, 2, bwd_block_do=256)),
-          dict(_MF, **_b(64, 64, 8, 3, bwd_block_do=128)),
-          dict(_MF, **_b(128, 64, 8, 3, bwd_block_do=128)),
-          dict(_MF, **_b(32, 64, 8, 2)), dict(_MF, **_b(32, 128, 8, 2)),
+    512: [dict(_MF, **_b(32, 64, 8, 3)), dict(_MF, **_b(32, 64, 8, 2)), dict(_MF, **_b(32, 128, 8, 2)),
           dict(_MF, **_tb(64, 64, 64, 8, 3)), dict(_MF, **_tb(64, 64, 64, 8, 3, bwd_pair=True)),
           dict(_tf(128, 64, 64, 8, 3), **_b(32, 64, 8, 3)),
           dict(_tf(64, 64, 64, 4, 4), **_b(32, 64, 8, 3))],

@@ -43,25 +43,25 @@ def forward(x, y, k, segs, bm, bn, warps, stages, two_sided=True, tables=True):
       HAS_MASK=False, num_warps=warps, num_stages=stages), warmup=5, rep=40)
 
 
-def gradient(x, y, k, segs, bm, bn, warps, stages, tables=True, chunks=(0, D // 64)):
-  """One tower's FlashAttention-shaped gradient pass, both softmax roles on (CLIP);
-  tables=False: the plain kernel with its resident 512-wide row tile; ``chunks``: the
-  launch for those 64-feature chunks only (bwd_block_do < D gives one per range)."""
-  lo, hi = chunks
+def gradient(x, y, k, segs, bm, bn, warps, stages, tables=True, shared=True):
+  """One tower's FlashAttention-shaped gradient pass, both softmax roles on (CLIP),
+  sharing one exponential per entry (shared=False: one each, the form for blocks whose
+  log-normalizers spread over more than 64 log2 units); tables=False: the plain kernel
+  with its resident 512-wide row tile."""
   lse = torch.full((k, B), SCALE2 + 16.0, **F32)
   g = torch.full((k, B), 1.0 / B, **F32)
   tab = torch.ones(k, B, **F32)
   z = torch.zeros(1, **F32)
   args = (x, y, torch.tensor([SCALE2, 14.28, 1.0], **F32),
           torch.zeros(2, device="cuda", dtype=torch.int32), lse, g, z, lse, g, z, tab, tab, z, z,
-          B, B, B, torch.empty(1, B, (hi - lo) * 64 if tables else D, device="cuda", dtype=torch.bfloat16),
+          B, B, B, torch.empty(1, B, D, device="cuda", dtype=torch.bfloat16),
           torch.empty(k, 1, B, **F32))
   return do_bench(lambda: _lse_bwd_kernel[(B // bm, 1, 1)](
       *args, D=D, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=64 if tables else D,
       NUM_D=D // 64 if tables else 1, BLOCK_DO=D, REUSE_Y=not tables, HAS_ROW=True,
       HAS_COL=True, ROW_THR=False, COL_THR=False, EXCLUDE_SELF=True, WANT_CS=True,
-      PRECISION="tf32", HAS_MASK=False, K=k, SEGS=segs, HAS_TAB=tables, OUT_LO=lo,
-      OUT_HI=hi if tables else 1, num_warps=warps, num_stages=stages), warmup=3, rep=40)
+      PRECISION="tf32", HAS_MASK=False, K=k, SEGS=segs, HAS_TAB=tables,
+      SHARED=shared, num_warps=warps, num_stages=stages), warmup=3, rep=40)
 
 
 def main():
@@ -76,16 +76,15 @@ def main():
       ("fwd K=4 64x64 4 warps (default)", lambda: forward(x, y, 4, SEG4, 64, 64, 4, 3)),
       ("bwd plain resident 64x64 8 warps", lambda: gradient(x, y, 1, 1, 64, 64, 8, 2,
                                                              tables=False)),
+      ("bwd plain resident 64x64 8 warps, two exponentials", lambda: gradient(
+          x, y, 1, 1, 64, 64, 8, 2, tables=False, shared=False)),
       ("bwd K=1 chunked 32x64 8 warps", lambda: gradient(x, y, 1, 8, 32, 64, 8, 3)),
       ("bwd K=2 (256, 512) 32x64 8 warps", lambda: gradient(x, y, 2, 4 | 8 << 16, 32, 64, 8, 3)),
       ("bwd K=4 32x64 8 warps (default)", lambda: gradient(x, y, 4, SEG4, 32, 64, 8, 3)),
+      ("bwd K=4 32x64 8 warps, two exponentials", lambda: gradient(x, y, 4, SEG4, 32, 64, 8, 3,
+                                                                   shared=False)),
       ("bwd K=4 64x64 8 warps (spills)", lambda: gradient(x, y, 4, SEG4, 64, 64, 8, 2)),
   ]
-  for bm, stages, cut in ((64, 3, 4), (64, 2, 4), (64, 3, 2), (128, 3, 2)):
-    ranges = [(lo, min(lo + cut, D // 64)) for lo in range(0, D // 64, cut)]
-    cases.append((f"bwd K=4 {bm}x64 8 warps {stages} stages, split every {cut * 64} features",
-                  lambda bm=bm, stages=stages, ranges=ranges: sum(
-                      gradient(x, y, 4, SEG4, bm, 64, 8, stages, chunks=c) for c in ranges)))
   for label, fn in cases:
     try:
       print(f"RESULT {label}: {fn():.2f} ms", flush=True)

@@ -99,15 +99,14 @@ def variants():
       yield (f"bwd {dt} {d} {case}", _lse_bwd_kernel, BWD_ARGS(dt),
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
                   REUSE_Y=num_d == 1 and block_do == block_d, PRECISION="tf32",
-                  HAS_MASK=case == BWD_CASES[-1], K=1, SEGS=num_d, HAS_TAB=False, OUT_LO=0,
-                  OUT_HI=num_d,
+                  HAS_MASK=case == BWD_CASES[-1], K=1, SEGS=num_d, HAS_TAB=False,
                   **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
   # Matryoshka's FlashAttention-shaped gradient (the bf16 default up to D = 512).
   for case in BWD_CASES:
     yield (f"mrl bwd bf16 512 {case}", _lse_bwd_kernel, BWD_ARGS("bf16"),
            dict(D=512, BLOCK_M=32, BLOCK_N=64, BLOCK_D=64, NUM_D=8, BLOCK_DO=512, REUSE_Y=False,
                 PRECISION="tf32", HAS_MASK=case == BWD_CASES[-1], K=4, SEGS=MRL_SEGS,
-                HAS_TAB=True, OUT_LO=0, OUT_HI=8,
+                HAS_TAB=True,
                 **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), 8, 3)
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:

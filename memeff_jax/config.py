@@ -26,9 +26,8 @@ class KernelConfig:
       values walk the features in chunks (large ``d``).
     bwd_block_do: feature width of one gradient program's fp32 accumulator. Below
       ``d``, the grid gains a feature axis and each program recomputes its
-      similarities (no atomics, still deterministic); Matryoshka's
-      FlashAttention-shaped gradient makes one launch per range of this many
-      features instead (rounded to its chunks).
+      similarities (no atomics, still deterministic). Matryoshka's
+      FlashAttention-shaped gradient ignores it (one launch, every chunk).
     max_programs: cap on forward programs when column statistics are needed;
       each keeps one fp32 partial per column, so this bounds that O(programs * m)
       buffer.

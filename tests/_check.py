@@ -86,9 +86,7 @@ def kernel_path_config(path, d, dtype):
   """A config selecting one kernel path of the Triton backend under the interpreter:
   "partials" / "col_pass" (the sweep forward's two ways to the column statistics) or
   "tiled" (tiled forward and gradient, a pass per tower) or "tiled_paired" (both
-  towers' gradients from one set of coefficient slabs where both are needed) or
-  "split" (the FlashAttention-shaped gradient with 32-feature programs; Matryoshka: a
-  launch per 32 features),
+  towers' gradients from one set of coefficient slabs where both are needed),
   with tiles small enough that batches of a few dozen rows span several tiles and,
   tiled, several slabs."""
   cfg = default_config(d, dtype, interpret=True)
@@ -99,8 +97,6 @@ def kernel_path_config(path, d, dtype):
       "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
                     bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
                     slab_kib=1, min_slab_rows=1),
-      # Matryoshka's FlashAttention-shaped gradient, a launch per 32 output features
-      "split": dict(bwd_block_do=32),
       # the same, both towers' gradients from one set of slabs (bwd_pair)
       "tiled_paired": dict(fwd_tiled=True, bwd_tiled=True, bwd_pair=True, fwd_block_m=32,
                            fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,

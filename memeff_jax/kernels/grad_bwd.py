@@ -29,8 +29,7 @@ def _lse_bwd_kernel(
     n, m,
     cols_per_split,            # columns one program sweeps (a multiple of BLOCK_N)
     # output pointers
-    dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j (HAS_TAB:
-                               # [splits, n, (OUT_HI - OUT_LO) * BLOCK_D], those chunks)
+    dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
     cs_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -38,7 +37,7 @@ def _lse_bwd_kernel(
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr, SHARED: tl.constexpr,
+    HAS_TAB: tl.constexpr, SHARED: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -58,8 +57,8 @@ def _lse_bwd_kernel(
   (``_common.coefficient``; the launcher decides, see launch.lse_bwd).
 
   HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; the
-  features walked in NUM_D chunks of BLOCK_D, this launch writing the gradient of
-  chunks [OUT_LO, OUT_HI); BLOCK_DO and REUSE_Y unused): see ``prefix_gradient``.
+  features walked in NUM_D chunks of BLOCK_D; BLOCK_DO and REUSE_Y unused): see
+  ``prefix_gradient``.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -78,10 +77,10 @@ def _lse_bwd_kernel(
     prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
                     cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
                     g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr,
-                    dx_ptr + pid_s.to(tl.int64) * n * (OUT_HI - OUT_LO) * BLOCK_D,
-                    cs_ptr + pid_s.to(tl.int64) * n, tl.num_programs(2) * n, D, BLOCK_M,
-                    BLOCK_N, BLOCK_D, NUM_D, K, SEGS, OUT_LO, OUT_HI, HAS_ROW, HAS_COL,
-                    ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK, SHARED)
+                    dx_ptr + pid_s.to(tl.int64) * n * D, cs_ptr + pid_s.to(tl.int64) * n,
+                    tl.num_programs(2) * n, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D, K, SEGS,
+                    HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION,
+                    HAS_MASK, SHARED)
   else:   # (an early return would still compile this body)
     x_t = tl.zeros([1, 1], dtype=tl.float32)
     if NUM_D == 1:
@@ -121,8 +120,7 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
                     g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, dx_ptr, cs_ptr, cs_stride,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, K: tl.constexpr,
-                    SEGS: tl.constexpr, OUT_LO: tl.constexpr, OUT_HI: tl.constexpr,
-                    HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
+                    SEGS: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
                     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
                     WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
                     SHARED: tl.constexpr):
@@ -138,18 +136,13 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
   multiply into their own segment's accumulators (one fp32 [BLOCK_M, BLOCK_D] tile
   per chunk): the GEMM work of one plain pass. Only the K coefficient tiles of the
   current column tile are kept (registers: 32 x 64 tiles with 8 warps fit an H200's
-  255 per thread at D = 512, K = 4).
-
-  The accumulators cover the output chunks [OUT_LO, OUT_HI) (a launch per range
-  when ``bwd_block_do`` < D: fewer accumulators, so taller tiles fit the registers,
-  for a prefix walk per launch); dims ending at or before chunk OUT_LO touch none
-  of them and are skipped. ``cs`` needs every dim: only with OUT_LO = 0.
+  255 per thread at D = 512, K = 4; 64-row tiles spill, and splitting the chunks
+  over several launches to fit them did not pay on an H200: NOTES.md, session 7).
   """
-  tl.static_assert((not WANT_CS) or OUT_LO == 0)
   rows = row0 + tl.arange(0, BLOCK_M)
   in_rows = rows < n
   acc = ()     # the rows' gradient, chunk by chunk
-  for c in tl.static_range(OUT_LO, OUT_HI):
+  for c in tl.static_range(NUM_D):
     acc = acc + (tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),)
   cs = ()      # per dim: the rows' sums of c s
   for k in tl.static_range(K):
@@ -166,39 +159,31 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
       for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF, (SEGS >> (16 * k)) & 0xFFFF):
         s = tl.dot(load_tile(x_ptr, row0, n, c, D, BLOCK_M, BLOCK_D), tl.trans(y_c[c]), s,
                    input_precision=PRECISION)
-      if ((SEGS >> (16 * k)) & 0xFFFF) > OUT_LO:
-        a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
-        b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
-        s_k = s * a[:, None] * b[None, :]
-        lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n,
-                                      rows, in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-        coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
-                           thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
-                           xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR,
-                           COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
-        if WANT_CS:
-          cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
-        coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
-      else:   # a placeholder keeps the tuple indexed by dim
-        coef_ab = coef_ab + (tl.zeros([1, 1], dtype=tl.float32),)
+      a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+      b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+      s_k = s * a[:, None] * b[None, :]
+      lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
+                                    in_rows, BLOCK_M, HAS_ROW, ROW_THR)
+      coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
+                         thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
+                         xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                         EXCLUDE_SELF, HAS_MASK, SHARED)
+      if WANT_CS:
+        cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
+      coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
     suffix = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in tl.static_range(K - 1, -1, -1):
-      if ((SEGS >> (16 * k)) & 0xFFFF) > OUT_LO:
-        suffix = suffix + coef_ab[k]
-        for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF,
-                                 (SEGS >> (16 * k)) & 0xFFFF):
-          if c >= OUT_LO and c < OUT_HI:
-            if y_c[c].dtype == tl.float16:   # the prefix tables (>= 1) could overflow fp16
-              d = tl.dot(suffix, y_c[c].to(tl.float32), acc[c - OUT_LO], input_precision="tf32")
-            else:
-              d = tl.dot(suffix.to(y_c[c].dtype), y_c[c], acc[c - OUT_LO],
-                         input_precision=PRECISION)
-            acc = acc[:c - OUT_LO] + (d,) + acc[c - OUT_LO + 1:]
-  width = (OUT_HI - OUT_LO) * BLOCK_D
-  offs = tl.arange(0, BLOCK_M)[:, None] * width + tl.arange(0, BLOCK_D)[None, :]
-  for c in tl.static_range(OUT_LO, OUT_HI):
-    tl.store(dx_ptr + tl.cast(row0, tl.int64) * width + (c - OUT_LO) * BLOCK_D + offs,
-             (acc[c - OUT_LO] * out_mult).to(dx_ptr.dtype.element_ty), mask=in_rows[:, None])
+      suffix = suffix + coef_ab[k]
+      for c in tl.static_range((SEGS << 16 >> (16 * k)) & 0xFFFF, (SEGS >> (16 * k)) & 0xFFFF):
+        if y_c[c].dtype == tl.float16:   # the prefix tables (>= 1) could overflow fp16
+          d = tl.dot(suffix, y_c[c].to(tl.float32), acc[c], input_precision="tf32")
+        else:
+          d = tl.dot(suffix.to(y_c[c].dtype), y_c[c], acc[c], input_precision=PRECISION)
+        acc = acc[:c] + (d,) + acc[c + 1:]
+  offs = tl.arange(0, BLOCK_M)[:, None] * D + tl.arange(0, BLOCK_D)[None, :]
+  for c in tl.static_range(NUM_D):
+    tl.store(dx_ptr + tl.cast(row0, tl.int64) * D + c * BLOCK_D + offs,
+             (acc[c] * out_mult).to(dx_ptr.dtype.element_ty), mask=in_rows[:, None])
   if WANT_CS:
     for k in tl.static_range(K):
       tl.store(cs_ptr + k * cs_stride + rows, cs[k] * cs_mult, mask=in_rows)

@@ -397,38 +397,31 @@ def _lse_bwd_launch(x, y, scale, offsets, side_stats, flags, *, want_cs, out_dty
                           interpret=interpret, scal=scal, g_max=g_max, prefix=prefix,
                           mask_args=mask_args, pair=pair)
   d = x.shape[1]
-  if prefix is not None:   # Matryoshka: a launch per range of bwd_block_do features
-    chunk, num_d = prefix[2].chunk, d // prefix[2].chunk
-    per = max(1, min(num_d, config.bwd_block_do // chunk))
-    parts = [_lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags,
-                         want_cs and lo == 0, out_dtype, config, interpret, chunk, num_d,
-                         prefix, (lo, min(num_d, lo + per)))
-             for lo in range(0, num_d, per)]
-    dx = parts[0][0] if len(parts) == 1 else jnp.concatenate([p[0] for p in parts], axis=1)
-    return dx, parts[0][1]
+  if prefix is not None:   # Matryoshka: the ladder's chunks, every feature in one launch
+    chunk = prefix[2].chunk
+    return _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_dtype,
+                       config, interpret, chunk, d // chunk, prefix)
   block_d, num_d = _chunks(d, config.bwd_block_d)
   block_do, num_do = _chunks(d, config.bwd_block_do)
   dx, cs = _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_dtype,
-                       config, interpret, block_d, num_d, None, (0, num_d),
-                       block_do=block_do, num_do=num_do)
+                       config, interpret, block_d, num_d, None, block_do=block_do,
+                       num_do=num_do)
   return dx, (None if cs is None else cs[0])
 
 
 def _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_dtype, config,
-                interpret, block_d, num_d, prefix, out_chunks, block_do=None, num_do=1):
+                interpret, block_d, num_d, prefix, block_do=None, num_do=1):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
-  ``(dx, cs)``, cs [K, n] or None. Matryoshka (``prefix``): the gradient of the feature
-  chunks ``out_chunks`` = (lo, hi) only; ``block_do`` / ``num_do`` are the plain body's
-  feature axis."""
+  ``(dx, cs)``, cs [K, n] or None. ``block_do`` / ``num_do``: the plain body's feature
+  axis (Matryoshka: unused)."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.bwd_block_m, config.bwd_block_n
   f32 = jnp.float32
   k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_d)
   block_do = d if block_do is None else block_do   # None: Matryoshka, unused
-  width = d if prefix is None else (out_chunks[1] - out_chunks[0]) * block_d
   splits, per_split = _splits(m, bn, _cdiv(n, bm) * num_do, config)
   dx_dtype = out_dtype if splits == 1 else f32
-  out_shapes = [jax.ShapeDtypeStruct((splits, n, width), dx_dtype),
+  out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((k, splits, n) if want_cs else (1,), f32)]
   dx, cs = _call(
       _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, x_tab, y_tab, *mask_args,
@@ -437,8 +430,7 @@ def _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_
       name="memeff/lse_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
       BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
       REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), K=k, SEGS=segs,
-      HAS_TAB=has_tab, OUT_LO=out_chunks[0], OUT_HI=out_chunks[1],
-      **dict(flags, WANT_CS=want_cs))
+      HAS_TAB=has_tab, **dict(flags, WANT_CS=want_cs))
   dx = dx[0] if splits == 1 else jnp.sum(dx, axis=0)
   return dx.astype(out_dtype), (jnp.sum(cs, axis=1) if want_cs else None)
 
