@@ -23,6 +23,7 @@ from jax import lax
 from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
+                               poison_flag, taint,
                                ring_size, softmax_terms, stable_scale)
 
 _P = ParamSpec("_P")
@@ -162,7 +163,10 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   hyper = dict(temperature=temperature, tau_plus=tau_plus, label_smoothing=eps,
                lse_square_scale=z_scale, **{k: v for k, v in own.items() if k == "margin"})
   ok = _validation.value_checks(dict(zip(family.arrays, arrays)), hyper)
-  inputs = arrays + list(hyper.values())
+  c = poison_flag(ok, axis_name)
+  if c is not None:   # the feature arrays' NaN gradients; poison (below) does the rest
+    arrays = [None if a is None else taint(a, c) for a in arrays]
+  raw = list(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
   towers = [None if a is None else _tower(a, dims) for a in arrays]
@@ -173,10 +177,11 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
             spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name, config=config),
             mask=mask)
   head = family.head(ctx, towers, **own)
+  late = None
   if mask is None:
     _validation.check_negatives(tau, head.n_neg, ctx.batch)
   elif tau is not None:   # known at run time only: no negatives to debias -> NaN
-    ok = head.n_neg > 0 if ok is None else ok & (head.n_neg > 0)
+    late = head.n_neg > 0
   pos_logit = ctx.scale * head.pos
   terms = [softmax_terms(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
            for lse in head.lse_neg]
@@ -192,7 +197,8 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
     per_dim = per_dim + eps * ctx.scale / ctx.batch * (trace - head.cross() / (head.n_neg + 1))
   per_dim = per_dim + z
   w = jnp.asarray(weights, acc)
-  loss = poison(jnp.sum(w * per_dim), ok, inputs, axis_name)
+  loss = poison(jnp.sum(w * per_dim), ok, list(hyper.values()), axis_name)
+  loss = poison(loss, late, raw + list(hyper.values()), axis_name)
   loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
   # In-batch top-1: the positive beats every kept negative (from the kernels' maxima).
