@@ -4,7 +4,8 @@ At trace time: shapes, dtypes, flags, config, Python-number ranges, the ring axi
 Shapes and config raise ValueError, dtypes and types TypeError, naming the argument.
 Values inside traced arrays cannot be checked without a host sync: ``value_checks``
 turns them into one 0-d ``ok`` (the chain then poisons the loss and its gradients
-with NaN, ``_terms.poison``) and a ``checkify.debug_check`` per argument.
+with NaN, ``_terms.poison`` and ``_terms.taint``) and a ``checkify.debug_check`` per
+argument.
 """
 
 from __future__ import annotations
