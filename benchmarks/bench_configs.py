@@ -60,7 +60,8 @@ CANDIDATES = {
 # paired), then forward candidates.
 _MF = _tf(64, 64, 64, 4, 3)
 MRL_CANDIDATES = {
-    512: [dict(_MF, **_b(32, 64, 8, 3)), dict(_MF, **_b(32, 64, 8, 2)), dict(_MF, **_b(32, 128, 8, 2)),
+    512: [dict(_MF, **_b(32, 64, 8, 3)), dict(_MF, **_b(32, 64, 8, 2)),
+          dict(_MF, **_b(32, 128, 8, 2)),
           dict(_MF, **_tb(64, 64, 64, 8, 3)), dict(_MF, **_tb(64, 64, 64, 8, 3, bwd_pair=True)),
           dict(_tf(128, 64, 64, 8, 3), **_b(32, 64, 8, 3)),
           dict(_tf(64, 64, 64, 4, 4), **_b(32, 64, 8, 3))],

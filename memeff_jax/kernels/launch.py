@@ -24,11 +24,11 @@ from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
 LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 # The widest spread (log2 units) of a block's row and column log-sum-exps for which the
 # gradient shares one exponential per entry between the two softmax roles (lse_bwd):
 # the terms that matter, P >= 2^-60, then stay normal floats (2^(z - t) >= 2^-124).
 SHARED_SPAN = 64.0
-LN2 = 0.6931471805599453
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -352,12 +352,13 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   scal = jnp.stack([scale * LOG2E, scale * g_max, g_max]).astype(f32)
   dummy = jnp.zeros((1,), f32)
   lse2 = lambda side: (side.lse * LOG2E).astype(f32)
+  g = lambda side: (side.g / g_max).astype(f32)
   thr = lambda side: dummy if side.thr is None else side.thr.astype(f32).reshape(-1)
 
   def stats(side):
     if side is None:
       return dummy, dummy, dummy
-    return lse2(side).reshape(-1), (side.g / g_max).astype(f32).reshape(-1), thr(side)
+    return lse2(side).reshape(-1), g(side).reshape(-1), thr(side)
 
   *mask_args, has_mask = _mask_args(masks)
   flags = dict(HAS_MASK=has_mask, HAS_ROW=row is not None, HAS_COL=col is not None,
@@ -375,14 +376,14 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   # where every lse of the block lies within SHARED_SPAN of t (else, or NaN: two).
   k = 1 if prefix is None else prefix[0].shape[0]
   per_dim = lambda side: lse2(side).reshape(k, -1)
+  l_r, l_c = per_dim(row), per_dim(col)
   top = lambda l: jnp.max(jnp.where(l < jnp.inf, l, -jnp.inf), axis=1, keepdims=True)
-  t = jnp.maximum(top(per_dim(row)), top(per_dim(col)))   # [K, 1]
-  low = jnp.minimum(jnp.min(per_dim(row), axis=1, keepdims=True),
-                    jnp.min(per_dim(col), axis=1, keepdims=True))
+  t = jnp.maximum(top(l_r), top(l_c))   # [K, 1]
+  low = jnp.minimum(jnp.min(l_r, axis=1, keepdims=True), jnp.min(l_c, axis=1, keepdims=True))
   ok = jnp.all(t - low <= SHARED_SPAN)
   t = jnp.where(jnp.isfinite(t), t, 0.0)
-  rebase = lambda side: ((side.g / g_max).astype(f32).reshape(k, -1) *
-                         jnp.exp2(t - per_dim(side))).reshape(-1)
+  # (recomputed inside the branch, so that the rebased factors exist only there)
+  rebase = lambda side: (g(side).reshape(k, -1) * jnp.exp2(t - per_dim(side))).reshape(-1)
   shared = lambda: go((jnp.broadcast_to(t, (k, x.shape[0])).reshape(-1), rebase(row), thr(row),
                        dummy, rebase(col), thr(col)), dict(flags, SHARED=True))
   return jax.lax.cond(ok, shared, plain)
