@@ -131,8 +131,8 @@ def bxd_cells(rows: list[dict], later: list[dict]) -> tuple[dict, dict]:
   replaced = {}
   for r in later:
     key = (r["bench"], r["provider"], r["batch"], r["dim"])
-    if key in cells:
-      replaced[key] = cells[key]
+    if key in cells and key not in replaced:
+      replaced[key] = cells[key]   # as the table run measured it
     cells[key] = dict(r, later=True)
   return cells, replaced
 
@@ -402,7 +402,8 @@ def main(argv=None):
   p.add_argument("--readme", default="README.md")
   p.add_argument("--prefix", default="h200", help="the GPU the CSVs' names start with")
   p.add_argument("--plots", default=None, help="where the PNGs go (default <results>/plots)")
-  p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv,{prefix}_shared_exp.csv",
+  p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv,{prefix}_shared_exp.csv,"
+                 "{prefix}_bxd_4warps.csv",
                  help="CSVs (in --results) of B x D cells measured after the table run")
   p.add_argument("--check", action="store_true", help="exit 1 if the README is not current")
   a = p.parse_args(argv)

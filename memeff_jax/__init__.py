@@ -2,6 +2,7 @@
 
 from memeff_jax import reference
 from memeff_jax._terms import ContrastiveStats
+from memeff_jax._validation import checkify_checks
 from memeff_jax._version import __version__
 from memeff_jax.clip import clip_loss
 from memeff_jax.clip import clip_loss_with_stats
@@ -20,6 +21,7 @@ __all__ = [
     "ContrastiveStats",
     "KernelConfig",
     "__version__",
+    "checkify_checks",
     "clip_loss",
     "clip_loss_with_stats",
     "default_config",

@@ -87,8 +87,9 @@ RAISES = """Raises:
 Traced values cannot raise: a traced hyperparameter out of range or NaN
 (``temperature <= 0``, ``margin < 0``, ``tau_plus``, ``label_smoothing`` outside
 [0, 1), ``lse_square_scale < 0``) or a non-finite feature gives a NaN loss and NaN
-gradients on every backend, never a finite value; under
-``jax.experimental.checkify.checkify`` an error names the argument."""
+gradients on every backend, never a finite value; traced inside
+:func:`memeff_jax.checkify_checks`, ``jax.experimental.checkify.checkify`` also
+returns an error naming the argument."""
 
 RETURNS = """Returns:
   float32 scalar (float64 for float64 features): the mean loss (with

@@ -19,6 +19,9 @@ class KernelConfig:
   Attributes:
     fwd_block_m, fwd_block_n: row/column tile of the statistics (forward) kernel.
     fwd_num_warps, fwd_num_stages: its launch settings.
+    fwd_one_sided_warps: warps of the tiled forward on blocks that need only row
+      statistics (LiT, Qwen3); None: ``fwd_num_warps``. (On an H200 at D = 512 the
+      two-sided tile runs best with 4 warps, the one-sided one with 8.)
     bwd_block_m, bwd_block_n: row/column tile of the gradient kernel.
     bwd_num_warps, bwd_num_stages: its launch settings.
     fwd_block_d, bwd_block_d: feature chunk of each kernel's similarity dot.
@@ -59,6 +62,7 @@ class KernelConfig:
   fwd_block_n: int = 64
   fwd_num_warps: int = 4
   fwd_num_stages: int = 2
+  fwd_one_sided_warps: int | None = None
   bwd_block_m: int = 64
   bwd_block_n: int = 64
   bwd_num_warps: int = 4
@@ -86,7 +90,9 @@ class KernelConfig:
       elif f.name in ("fwd_col_pass", "fwd_tiled", "bwd_tiled", "bwd_pair"):
         if not isinstance(v, bool):
           raise ValueError(f"KernelConfig.{f.name} must be a bool, got {v!r}")
-      elif not isinstance(v, int) or v < 1:
+      elif f.name == "fwd_one_sided_warps" and v is None:
+        continue
+      elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ValueError(f"KernelConfig.{f.name} must be a positive int, got {v!r}")
     for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "fwd_block_d",
                  "bwd_block_d", "bwd_block_do"):
@@ -194,7 +200,7 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
   if retile:
     cfg = dataclasses.replace(
         cfg, fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=4,
-        fwd_num_stages=3, bwd_tiled=not fa, bwd_block_m=32 if fa else 64, bwd_block_n=64,
+        fwd_one_sided_warps=None, fwd_num_stages=3, bwd_tiled=not fa, bwd_block_m=32 if fa else 64, bwd_block_n=64,
         bwd_block_d=bk, bwd_num_warps=8, bwd_num_stages=3)
   limit = ((smem_kib or 227) - 8) * 2**10
   for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
@@ -212,15 +218,17 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   backend passes its GPU's, see ``fit_smem``).
 
   Measured on an H200 with Triton 3.6 (benchmarks/bench_configs.py, NOTES.md):
-  - 16-bit inputs, d_pad >= 512: the forward is tiled (128 x 128 GEMM tiles,
-    64-feature chunks, 3 stages: both sides in one sweep, 2x the two row sweeps).
-    The gradient is FlashAttention-shaped up to d_pad = 512 (64 x 64 tiles, 8
-    warps: the 64 x 512 fp32 accumulator is 128 registers a thread); above, the
-    accumulator no longer fits and the gradient is tiled (coefficient slabs times
-    cuBLAS).
-  - Smaller d: the sweep kernels (resident row tile, online statistics, a second
-    row sweep for the columns) beat the tiled forward, whose two exponentials per
-    entry then outweigh the short GEMM.
+  - 16-bit inputs: the forward is tiled (128 x 128 GEMM tiles, 64-feature chunks,
+    3 stages: both sides in one sweep) with 4 warps (at D = 128 / 256 / 512 4
+    warps beat 8 by 40% / 40% / 31% two-sided; one-sided blocks keep 8 at
+    d_pad = 512, where 4 lose 8%).
+  - The gradient is FlashAttention-shaped up to d_pad = 512 with tiles as large as
+    its fp32 accumulator allows in registers: 128 x 64 with 4 warps at d_pad <= 128,
+    64 x 64 with 4 warps at 256, 64 x 64 with 8 warps at 512 (the 64 x 512
+    accumulator is 128 registers a thread); above, the accumulator no longer fits
+    and the gradient is tiled (coefficient slabs times cuBLAS).
+  - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
+    second row sweep for the columns) and half-height tiles.
   - Shared memory (``smem_bytes``: resident tile + stages * streamed tiles) must stay
     under 227 KB or the launch fails; fp32 tiles are half as tall.
   """
@@ -236,18 +244,21 @@ def default_config(d: int, dtype, *, interpret: bool = False,
 
 def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
   res = dict(fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad, fwd_col_pass=True)
-  tiled_fwd = dict(fwd_block_m=128, fwd_block_n=128, fwd_block_d=64, fwd_num_warps=8,
+  tiled_fwd = dict(fwd_block_m=128, fwd_block_n=128, fwd_block_d=64, fwd_num_warps=4,
                    fwd_num_stages=3, fwd_tiled=True)
   if d_pad <= 128:
-    return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
-        _cfg((128, 64, 8, 3), (128, 64, 8, 3), **res)
+    if wide:
+      return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res)
+    return dataclasses.replace(_cfg((128, 64, 8, 3), (128, 64, 4, 3), **res), **tiled_fwd)
   if d_pad <= 256:
-    return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res) if wide else \
-        _cfg((128, 64, 8, 2), (64, 64, 8, 2), **res)
+    if wide:
+      return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res)
+    return dataclasses.replace(_cfg((128, 64, 8, 2), (64, 64, 4, 2), **res), **tiled_fwd)
   if d_pad <= 512:
     if wide:
       return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res)
-    return dataclasses.replace(_cfg((128, 32, 8, 2), (64, 64, 8, 2), **res), **tiled_fwd)
+    return dataclasses.replace(_cfg((128, 32, 8, 2), (64, 64, 8, 2), **res), **tiled_fwd,
+                               fwd_one_sided_warps=8)
   if not wide:
     return dataclasses.replace(
         _cfg((128, 128, 8, 3), (64, 128, 4, 4), fwd_block_d=64, bwd_block_d=64,

@@ -245,18 +245,44 @@ def test_checkify_names_the_argument(backend, fn, n, traced, pattern):
   arrays = _data()[:n]
   values = [jnp.asarray(v, jnp.float32) for v in traced.values()]
   f = lambda *a: fn(*a[:n], backend=backend, **dict(zip(traced, a[n:])))
+  with mj.checkify_checks():
+    err, loss = checkify.checkify(f)(*arrays, *values)
+    assert np.isnan(loss)
+    with pytest.raises(checkify.JaxRuntimeError, match=pattern):
+      err.throw()
+    assert np.isnan(f(*arrays, *values))   # a no-op without checkify: a NaN loss
+  # Outside the block the trace has no checks: checkify finds nothing to name.
   err, loss = checkify.checkify(f)(*arrays, *values)
-  assert np.isnan(loss)
-  with pytest.raises(checkify.JaxRuntimeError, match=pattern):
-    err.throw()
-  f(*arrays, *values)   # a no-op without checkify: no error, a NaN loss
+  assert np.isnan(loss) and err.get() is None
+
+
+@pytest.mark.parametrize("fn,n", [(mj.clip_loss, 2), (mj.qwen3_loss, 3)])
+def test_no_effects_outside_checkify_checks(fn, n):
+  """A loss step without the checks has no effects (JAX's C++ dispatch path: an
+  effect costs ~1.3 ms a call); inside checkify_checks it carries checkify's."""
+  args = (*_data()[:n], jnp.float32(0.1))
+  # a fresh function per trace: JAX caches traces by function (the switch is read
+  # when a loss is traced)
+  effects = lambda: jax.make_jaxpr(lambda *a: jax.value_and_grad(
+      lambda *b: fn(*b, temperature=a[-1], backend="blockwise"))(*a[:-1]))(*args).effects
+  assert not effects()
+  with mj.checkify_checks():
+    assert effects()
+    with mj.checkify_checks(False):
+      assert not effects()
+    assert effects()
+  assert not effects()
+  with pytest.raises(TypeError, match="enabled must be a bool"):
+    with mj.checkify_checks("yes"):
+      pass
 
 
 def test_checkify_names_the_non_finite_array():
   checked = jax.jit(checkify.checkify(jax.grad(
       lambda *a: mj.qwen3_loss(*a, backend="blockwise"))))
   for i, name in enumerate(["query_features", "doc_features", "hard_negatives"]):
-    err, _ = checked(*_set(i, (0, 0) if i < 2 else (0, 0, 0), np.nan)(_data()))
+    with mj.checkify_checks():   # jit traces on the first call: inside the block
+      err, _ = checked(*_set(i, (0, 0) if i < 2 else (0, 0, 0), np.nan)(_data()))
     with pytest.raises(checkify.JaxRuntimeError, match=f"{name} must be finite"):
       err.throw()
 
@@ -264,8 +290,9 @@ def test_checkify_names_the_non_finite_array():
 def test_checkify_through_sharded():
   x, y, _ = _data()
   ring = mj.sharded(mj.clip_loss, _mesh(2), "batch")
-  err, loss = checkify.checkify(lambda a, b: ring(a, b, backend="blockwise"))(
-      x, y.at[4, 0].set(np.nan))
+  with mj.checkify_checks():
+    err, loss = checkify.checkify(lambda a, b: ring(a, b, backend="blockwise"))(
+        x, y.at[4, 0].set(np.nan))
   assert np.isnan(loss)
   with pytest.raises(checkify.JaxRuntimeError, match="text_features must be finite"):
     err.throw()

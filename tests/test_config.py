@@ -57,7 +57,8 @@ def test_estimate_agrees_with_h200_launches():
 
 @pytest.mark.parametrize("field,value", [("fwd_tiled", 1), ("bwd_tiled", "yes"),
                                          ("slab_kib", 0), ("min_slab_rows", -1),
-                                         ("fwd_block_m", 48)])
+                                         ("fwd_block_m", 48), ("fwd_one_sided_warps", 0),
+                                         ("bwd_num_warps", True)])
 def test_bad_config_fields_raise(field, value):
   with pytest.raises(ValueError, match=field):
     KernelConfig(**{field: value})

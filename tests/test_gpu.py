@@ -18,7 +18,7 @@ from tests.test_qwen3 import batch as qwen3_batch
 pytestmark = pytest.mark.gpu
 # B = 1, and batches that are no multiple of any tile; every D for B = 300.
 SHAPES = [(1, 16), (1, 1152)] + [(300, d) for d in (16, 72, 384, 768, 1152)] + [
-    (2085, 72), (2085, 384), (2085, 1152)]
+    (2085, 72), (2085, 200), (2085, 384), (2085, 1152)]
 
 
 def _cfg(d, dtype):
@@ -104,9 +104,10 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("loss,d", [("clip", 512), ("qwen3", 512), ("clip", 1024)])
+@pytest.mark.parametrize("loss,d", [("clip", 128), ("clip", 512), ("qwen3", 512),
+                                    ("clip", 1024)])
 def test_deterministic(loss, d):
-  # d = 512: tiled forward, FlashAttention-shaped gradient; d = 1024: both tiled.
+  # d <= 512: tiled forward, FlashAttention-shaped gradient; d = 1024: both tiled.
   b = 8192 + 37
   x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
   fn = {"clip": lambda x, y: mj.clip_loss(x, y, backend="triton", deterministic=True),

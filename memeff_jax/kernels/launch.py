@@ -232,19 +232,23 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_k)
   xm, ym, has_mask = _mask_args(masks)
   col_tiles = _cdiv(m, bn)
-  rows = _slab_rows(n, bm, 4 * k * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
+  # per row: the fp32 log-sum-exp and max partials of every column tile (and, two-sided,
+  # of every row tile's columns)
+  rows = _slab_rows(n, bm, 8 * k * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
   f32 = jnp.float32
   scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
   out_shapes = [jax.ShapeDtypeStruct((k, col_tiles, rows), f32),
                 jax.ShapeDtypeStruct((k, rows // bm, m) if two_sided else (1,), f32)] * 2
+  warps = config.fwd_one_sided_warps
+  warps = config.fwd_num_warps if two_sided or warps is None else warps
 
   def body(r0, carry):
     lse_row, lse_col, max_row, max_col = carry
     row_part, col_part, row_max, col_max = _call(
         _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, xm, ym, n,
         m,
-        out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=config.fwd_num_warps,
+        out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=warps,
         num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
