@@ -200,7 +200,8 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
   if retile:
     cfg = dataclasses.replace(
         cfg, fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=4,
-        fwd_one_sided_warps=None, fwd_num_stages=3, bwd_tiled=not fa, bwd_block_m=32 if fa else 64, bwd_block_n=64,
+        fwd_one_sided_warps=None, fwd_num_stages=3, bwd_tiled=not fa,
+        bwd_block_m=32 if fa else 64, bwd_block_n=64,
         bwd_block_d=bk, bwd_num_warps=8, bwd_num_stages=3)
   limit = ((smem_kib or 227) - 8) * 2**10
   for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
