@@ -6,7 +6,8 @@ import dataclasses
 import jax.numpy as jnp
 import pytest
 
-from memeff_jax.config import KernelConfig, default_config, fit_smem, smem_bytes
+from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
+                               smem_bytes)
 
 DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
@@ -62,3 +63,16 @@ def test_estimate_agrees_with_h200_launches():
 def test_bad_config_fields_raise(field, value):
   with pytest.raises(ValueError, match=field):
     KernelConfig(**{field: value})
+
+
+@pytest.mark.parametrize("d", [128, 256, 512, 1024])
+def test_one_sided_warps(d):
+  # The 16-bit defaults: the tiled forward with 4 warps; one-sided blocks keep 8 only at
+  # d_pad = 512 (measured on an H200, config.py). Matryoshka's retiled forward (64 x 64
+  # tiles, 4 warps, one- or two-sided) drops the override.
+  cfg = default_config(d, jnp.bfloat16)
+  assert cfg.fwd_tiled and cfg.fwd_num_warps == 4
+  assert cfg.fwd_one_sided_warps == (8 if d == 512 else None)
+  mrl = matryoshka_config(cfg, (d // 4, d // 2, d), 2)
+  assert mrl.fwd_num_warps == 4 and mrl.fwd_one_sided_warps is None
+  assert default_config(d, jnp.float32).fwd_one_sided_warps is None
