@@ -159,7 +159,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   arrays = [lax.stop_gradient(a) if (i in family.locked and a is not None) else a
             for i, a in enumerate(arrays)]
   # Traced values cannot raise: out of range or non-finite, they poison the loss and
-  # its gradients with NaN (below), and checkify names them.
+  # its gradients with NaN (below); inside checkify_checks, checkify names them.
   hyper = dict(temperature=temperature, tau_plus=tau_plus, label_smoothing=eps,
                lse_square_scale=z_scale, **{k: v for k, v in own.items() if k == "margin"})
   ok = _validation.value_checks(dict(zip(family.arrays, arrays)), hyper)
