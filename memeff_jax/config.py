@@ -220,9 +220,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
 
   Measured on an H200 with Triton 3.6 (benchmarks/bench_configs.py, NOTES.md):
   - 16-bit inputs: the forward is tiled (128 x 128 GEMM tiles, 64-feature chunks,
-    3 stages: both sides in one sweep) with 4 warps (at D = 128 / 256 / 512 4
-    warps beat 8 by 40% / 40% / 31% two-sided; one-sided blocks keep 8 at
-    d_pad = 512, where 4 lose 8%).
+    3 stages: both sides in one sweep) with 4 warps. Two-sided at B = 65536, 4
+    against 8 warps: 7.0 vs 12.9 ms at D = 128 (the kernel alone), 8.9 vs 14.8 at
+    256, 11.8 vs 17.1 at 512; one-sided blocks keep 8 at d_pad = 512 (4 lose 8%).
   - The gradient is FlashAttention-shaped up to d_pad = 512 with tiles as large as
     its fp32 accumulator allows in registers: 128 x 64 with 4 warps at d_pad <= 128,
     64 x 64 with 4 warps at 256, 64 x 64 with 8 warps at 512 (the 64 x 512
@@ -245,24 +245,18 @@ def default_config(d: int, dtype, *, interpret: bool = False,
 
 def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
   res = dict(fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad, fwd_col_pass=True)
-  tiled_fwd = dict(fwd_block_m=128, fwd_block_n=128, fwd_block_d=64, fwd_num_warps=4,
-                   fwd_num_stages=3, fwd_tiled=True)
+  tiled = dict(res, fwd_block_d=64, fwd_tiled=True)   # 16-bit: the forward's GEMM tiles
   if d_pad <= 128:
-    if wide:
-      return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res)
-    return dataclasses.replace(_cfg((128, 64, 8, 3), (128, 64, 4, 3), **res), **tiled_fwd)
+    return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
+        _cfg((128, 128, 4, 3), (128, 64, 4, 3), **tiled)
   if d_pad <= 256:
-    if wide:
-      return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res)
-    return dataclasses.replace(_cfg((128, 64, 8, 2), (64, 64, 4, 2), **res), **tiled_fwd)
+    return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res) if wide else \
+        _cfg((128, 128, 4, 3), (64, 64, 4, 2), **tiled)
   if d_pad <= 512:
-    if wide:
-      return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res)
-    return dataclasses.replace(_cfg((128, 32, 8, 2), (64, 64, 8, 2), **res), **tiled_fwd,
-                               fwd_one_sided_warps=8)
+    return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res) if wide else \
+        _cfg((128, 128, 4, 3), (64, 64, 8, 2), **tiled, fwd_one_sided_warps=8)
   if not wide:
-    return dataclasses.replace(
-        _cfg((128, 128, 8, 3), (64, 128, 4, 4), fwd_block_d=64, bwd_block_d=64,
-             bwd_block_do=d_pad), **tiled_fwd, bwd_tiled=True)
+    return _cfg((128, 128, 4, 3), (64, 128, 4, 4),
+                **dict(tiled, bwd_block_d=64, fwd_col_pass=False), bwd_tiled=True)
   chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=128, fwd_col_pass=True)
   return _cfg((64, 64, 8, 3), (64, 64, 8, 3), **chunked)
