@@ -3,11 +3,13 @@ its fit to GPUs with less shared memory, and KernelConfig's own validation."""
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 import pytest
 
 from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
                                smem_bytes)
+from memeff_jax.kernels import launch
 
 DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
@@ -76,3 +78,36 @@ def test_one_sided_warps(d):
   mrl = matryoshka_config(cfg, (d // 4, d // 2, d), 2)
   assert mrl.fwd_num_warps == 4 and mrl.fwd_one_sided_warps is None
   assert default_config(d, jnp.float32).fwd_one_sided_warps is None
+
+
+@pytest.mark.parametrize("two_sided", [False, True])
+@pytest.mark.parametrize("dims", [None, (32, 64)])
+def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims):
+  # One slab's kernel outputs (the log-sum-exp and the max partials of every tile, per
+  # dim) stay within slab_kib, and use at least half of it.
+  n, d, kib = 2048, 64, 256
+  cfg = KernelConfig(fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=32,
+                     slab_kib=kib, min_slab_rows=1)
+  x = jnp.zeros((n, d), jnp.bfloat16)
+  prefix = None
+  if dims is not None:
+    tab = jnp.ones((len(dims), n), jnp.float32)
+    prefix = (tab, tab, launch.Ladder.of(dims, 32))
+  jaxpr = jax.make_jaxpr(lambda a, b: launch.lse_fwd(
+      a, b, jnp.float32(1.0), None, (0, 0), two_sided=two_sided, exclude_self=False,
+      config=cfg, interpret=True, prefix=prefix))(x, x)
+  launches = []
+
+  def walk(jx):
+    for e in jx.eqns:
+      if e.primitive.name == "pure_callback":   # the interpreted kernel launch
+        launches.append(sum(v.aval.size * v.aval.dtype.itemsize for v in e.outvars
+                            if v.aval.size > 1))   # (one-sided: [1] placeholders)
+      for p in e.params.values():
+        for sub in p if isinstance(p, (tuple, list)) else [p]:
+          sub = getattr(sub, "jaxpr", sub)
+          if hasattr(sub, "eqns"):
+            walk(sub)
+
+  walk(jaxpr.jaxpr)
+  assert launches and all(kib * 2**9 < b <= kib * 2**10 for b in launches), launches
