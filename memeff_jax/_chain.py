@@ -23,8 +23,7 @@ from jax import lax
 from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
-                               poison_flag, taint,
-                               ring_size, softmax_terms, stable_scale)
+                               poison_flag, ring_size, softmax_terms, stable_scale, taint)
 
 _P = ParamSpec("_P")
 # Keywords every loss takes, in signature order; families add their own (margin, ...).

@@ -113,10 +113,12 @@ def poison(loss, ok, inputs, axis_name=None):
   then NaN, and NaN gradients for every array in ``inputs``.
 
   ``where(ok, loss, nan)`` would leave the gradients finite (a select passes no NaN
-  to the untaken side), so ``c * sum(v)`` is added per input, ``c = 0`` or ``NaN``:
-  its value is 0 or NaN and its gradient ``c`` everywhere. 0-d inputs enter as
-  ``tanh(v)``, finite for an infinite margin (which is in range). Inputs under
-  ``stop_gradient`` (locked towers) keep their zero gradient.
+  to the untaken side), so with ``c = 0`` or ``NaN`` (``poison_flag``) the loss gets
+  ``c`` added (NaN even when no input is an array) and ``c * sum(v)`` per input, whose
+  gradient is ``c`` everywhere. The chain gives the feature arrays their NaN
+  gradients through ``taint`` instead (no second cotangent of their size). 0-d inputs
+  enter as ``tanh(v)``, finite for an infinite margin (which is in range). Inputs
+  under ``stop_gradient`` (locked towers) keep their zero gradient.
   """
   if ok is None:
     return loss
