@@ -12,6 +12,7 @@ q-q and d-d; hard negatives are O(B K D)).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -34,11 +35,14 @@ LOSSES = {
 }
 
 
-# Matryoshka, dims (d/8, d/4, d/2, d): fused (one pass over the features for every dim)
+# Matryoshka, dims (d/8, d/4, d/2, d): fused with the default config (one plain block per
+# dim on a GPU), fused in one block (_mrl_one: one pass over the features for every dim),
 # and eager (memeff_jax.matryoshka: one whole loss per dim). Flop counts: the plain ones.
 for _name in ("clip", "lit", "qwen3", "lit_qwen3"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   LOSSES[f"{_name}_mrl"] = (_fn, _ref, _n, _arg, dict(_kw, matryoshka_dims="ladder"), _g)
+  LOSSES[f"{_name}_mrl_one"] = (_fn, _ref, _n, _arg,
+                                dict(_kw, matryoshka_dims="ladder", one_block=True), _g)
 LOSSES["clip_mrl_eager"] = (mj.clip_loss, mj.reference.clip_loss, 2, (0, 1),
                             dict(matryoshka_eager="ladder"), 5)
 # where=: the last tenth of the rows removed (a padded batch); the kernels read the mask.
@@ -58,6 +62,9 @@ def _with_ladder(fn, kw, d):
     return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
   if kw.get("matryoshka_dims") == "ladder":
     kw["matryoshka_dims"] = ladder(d)
+  if kw.pop("one_block", None):   # the default tiles, Matryoshka in one block
+    return lambda *a, **k: fn(*a, **k, **kw, config=dataclasses.replace(
+        mj.default_config(d, a[0].dtype), matryoshka_per_dim=False))
   if kw.pop("where", None) == "tenth":
     kept = lambda b: jnp.arange(b) < b - b // 10
     return lambda *a, **k: fn(*a, **k, **kw, where=kept(a[0].shape[0]))

@@ -2,8 +2,8 @@
 # One packed device call, logs and CSVs in $OUT. Stages (pick with STAGES, default all):
 #   tests    the GPU tests, in 4 parallel pytest processes (compiling is the slow part)
 #   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
-#   mrl      Matryoshka (dims 64/128/256/512): fused per family, eager, plain, memeff's fused
-#            and eager, B = 65536, D = 512
+#   mrl      Matryoshka (dims 64/128/256/512): fused per family (per dim and in one block),
+#            eager, plain, memeff's fused and eager, B = 65536, D = 512
 #   table    the README table: B x D for CLIP and LiT, every provider
 #   big      B = 1,048,576
 #   sweep    tile candidates of bench_configs.py
@@ -57,8 +57,9 @@ for prov in triton memeff; do
     --out "$OUT/headline16k_$prov.csv"
 done
 MRL_LOSSES=clip,clip_mrl,clip_mrl_eager,lit,lit_mrl,qwen3,qwen3_mrl,lit_qwen3,lit_qwen3_mrl
-for prov in triton memeff; do
-  has mrl && stage ${T_MRL:-240} python benchmarks/bench_losses.py --losses $MRL_LOSSES \
+for prov in triton memeff; do   # ours also in one block (*_mrl_one; memeff has no such form)
+  has mrl && stage ${T_MRL:-240} python benchmarks/bench_losses.py --losses $MRL_LOSSES$(
+    [ $prov = triton ] && echo ,clip_mrl_one,lit_mrl_one,qwen3_mrl_one,lit_qwen3_mrl_one) \
     --batch 65536 --dims 512 --providers $prov --reps ${MRL_REPS:-10} --out "$OUT/mrl_$prov.csv"
 done
 for prov in triton,blockwise,dense,reference memeff; do

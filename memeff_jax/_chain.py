@@ -2,10 +2,10 @@
 are locked, and a ``head`` that builds its negatives' statistics) run through ``run``.
 
 The chain, once for every family: validate, pick the backend, lock towers, normalize,
-build the Matryoshka prefix tables, upcast one fp32 copy per array for the O(B D) glue,
-call the family's head, turn each softmax direction into loss terms (debiasing in the
-log domain), add label smoothing and the z-loss per Matryoshka dim, weight the dims,
-apply ``stable``. Without ``matryoshka_dims`` everything runs with one "dim" (K = 1)
+build the Matryoshka prefix tables (and, with one block per dim, each dim's renormalized
+prefixes), upcast one fp32 copy per array for the O(B D) glue, call the family's head,
+turn each softmax direction into loss terms (debiasing in the log domain), add label
+smoothing and the z-loss per Matryoshka dim, weight the dims, apply ``stable``. Without ``matryoshka_dims`` everything runs with one "dim" (K = 1)
 and no renormalization, so each option is written once (docs/math.md §3, §7, §8).
 """
 
@@ -22,6 +22,7 @@ from jax import lax
 
 from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
+from memeff_jax.config import default_config
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
                                poison_flag, ring_size, softmax_terms, stable_scale, taint)
 
@@ -38,6 +39,7 @@ class Tower(NamedTuple):
   v: jax.Array                  # normalized, input dtype: what the kernels read
   v32: jax.Array                # its fp32 copy, fp64 for fp64 (cotangents sum there, round once)
   tab: jax.Array | None         # [K, ...rows] prefix inverse norms (Matryoshka), else None
+  pre: tuple | None = None      # one block per dim: each dim's renormalized prefixes
 
 
 class Ctx(NamedTuple):
@@ -63,6 +65,11 @@ class Ctx(NamedTuple):
     if row_thr is not None and self.dims is None:
       row_thr = row_thr[0]
     y_mask = None if (y is None or self.mask is None) else self.mask
+    if x.pre is not None:   # one plain block per dim, on its renormalized prefixes
+      outs = [block_lse(xk, None if y is None else y.pre[k], self.scale,
+                        None if row_thr is None else row_thr[k], None, None, self.mask, y_mask,
+                        spec=self.spec(dims=None, **spec)) for k, xk in enumerate(x.pre)]
+      return tuple(None if o[0] is None else jnp.stack(o) for o in zip(*outs))
     out = block_lse(x.v, None if y is None else y.v, self.scale, row_thr, x.tab,
                     None if y is None else y.tab, self.mask, y_mask,
                     spec=self.spec(dims=self.dims, **spec))
@@ -168,7 +175,9 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   raw = list(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
-  towers = [None if a is None else _tower(a, dims) for a in arrays]
+  per_dim = dims is not None and axis_name is None and _per_dim(be, config, d, arrays[0].dtype)
+  towers = [None if a is None else _tower(a, dims, r if per_dim and r.ndim == 2 else None)
+            for a, r in zip(arrays, raw)]
   batch = n * ring_size(axis_name)
   if mask is not None:   # the global batch is the rows kept (traced)
     batch = global_sum(jnp.sum(mask, dtype=acc), axis_name)
@@ -238,10 +247,23 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
   return loss
 
 
-def _tower(v: jax.Array, dims) -> Tower:
+def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
+  """raw (one block per dim): the array before normalization, whose prefixes are
+  normalized afresh (one rounding; a unit vector's prefix, renormalized, is the same)."""
   v32 = v.astype(_terms.glue_dtype(v.dtype))
   tab = None if dims is None else _inverse_norms(v32, dims)
-  return Tower(v, v32, tab)
+  pre = None if raw is None else tuple(normalize(raw[:, :m]) for m in dims)
+  return Tower(v, v32, tab, pre)
+
+
+def _per_dim(be, config, d: int, dtype) -> bool:
+  """Matryoshka as one plain block per dim (``KernelConfig.matryoshka_per_dim``); with
+  config=None, the Triton default config's choice, and never for the blockwise backend."""
+  if config is None:
+    if be.name == "blockwise":
+      return False
+    config = default_config(d, dtype, interpret=be.name == "interpret")
+  return config.matryoshka_per_dim
 
 
 def _segments(dims, v):

@@ -53,6 +53,14 @@ class KernelConfig:
     min_slab_rows: the tiled gradient's coefficient slabs keep at least this many
       rows whatever ``slab_kib`` says (a thinner slab starves its XLA dot: at
       B = 262144, D = 1024, 128-row slabs ran at 60% of the speed of 512-row ones).
+    matryoshka_per_dim: on one device (no ``axis_name``), a Matryoshka loss runs one
+      plain block per dim, on that dim's renormalized prefixes (copies: sum(m_k) / D
+      of each tower, in its dtype), instead of one block whose feature walk serves
+      every dim through prefix tables (no copies, O(K B) extra). Same math. On in the
+      GPU defaults: on an H200, bf16, B = 65536, D = 512, dims 64..512, fwd+bwd,
+      CLIP 110.7 against 231.0 ms (benchmarks/NOTES.md). Off in the interpreter's
+      defaults and for the blockwise backend with ``config=None``. The ring always
+      uses the one block: its travelling block moves once for all dims.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32" like JAX's
       default GPU matmul, "tf32x3", or "ieee"). 16-bit inputs ignore it.
     blockwise_tile: column tile of the pure-JAX blockwise backend.
@@ -78,6 +86,7 @@ class KernelConfig:
   bwd_pair: bool = False
   slab_kib: int = 65536
   min_slab_rows: int = 512
+  matryoshka_per_dim: bool = False
   precision: Precision = "tf32"
   blockwise_tile: int = 512
 
@@ -87,7 +96,8 @@ class KernelConfig:
       if f.name == "precision":
         if v not in ("tf32", "tf32x3", "ieee"):
           raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
-      elif f.name in ("fwd_col_pass", "fwd_tiled", "bwd_tiled", "bwd_pair"):
+      elif f.name in ("fwd_col_pass", "fwd_tiled", "bwd_tiled", "bwd_pair",
+                      "matryoshka_per_dim"):
         if not isinstance(v, bool):
           raise ValueError(f"KernelConfig.{f.name} must be a bool, got {v!r}")
       elif f.name == "fwd_one_sided_warps" and v is None:
@@ -191,7 +201,8 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
   narrower chunks (ragged ladders, fp32's 32) mean more, smaller accumulator tiles
   that spill 1-27 KB a thread, and 64-row tiles spill too. Otherwise the tiled
   gradient, 64 x 64 with 8 warps. The interpreter takes the FlashAttention-shaped
-  gradient wherever it is not tiled. A user's config keeps its tiles; an untiled
+  gradient wherever it is not tiled. A user's config keeps its tiles (the launcher
+  counts ``default_config``, whatever its ``matryoshka_per_dim``, as none); an untiled
   forward, and an untiled gradient where the rule above says tiled, are switched to
   the tiled kernels, fitted to ``smem_kib`` (None: the H100's 227 KiB).
   """
@@ -230,6 +241,8 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     and the gradient is tiled (coefficient slabs times cuBLAS).
   - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
     second row sweep for the columns) and half-height tiles.
+  - Matryoshka runs one plain block per dim (``matryoshka_per_dim``), each with the
+    default tiles of its own prefix size.
   - Shared memory (``smem_bytes``: resident tile + stages * streamed tiles) must stay
     under 227 KB or the launch fails; fp32 tiles are half as tall.
   """
@@ -239,7 +252,8 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
                         fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad,
                         precision="ieee", max_programs=4, min_programs=1)
-  cfg = _h100_config(d_pad, np.dtype(dtype).itemsize >= 4)
+  cfg = dataclasses.replace(_h100_config(d_pad, np.dtype(dtype).itemsize >= 4),
+                            matryoshka_per_dim=True)
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

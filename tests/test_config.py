@@ -61,7 +61,7 @@ def test_estimate_agrees_with_h200_launches():
 @pytest.mark.parametrize("field,value", [("fwd_tiled", 1), ("bwd_tiled", "yes"),
                                          ("slab_kib", 0), ("min_slab_rows", -1),
                                          ("fwd_block_m", 48), ("fwd_one_sided_warps", 0),
-                                         ("bwd_num_warps", True)])
+                                         ("bwd_num_warps", True), ("matryoshka_per_dim", 1)])
 def test_bad_config_fields_raise(field, value):
   with pytest.raises(ValueError, match=field):
     KernelConfig(**{field: value})
@@ -111,3 +111,14 @@ def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims):
 
   walk(jaxpr.jaxpr)
   assert launches and all(kib * 2**9 < b <= kib * 2**10 for b in launches), launches
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+@pytest.mark.parametrize("d", [16, 200, 512, 1152])
+def test_matryoshka_per_dim_defaults(d, dtype):
+  # One block per dim in the GPU defaults (and fitted to a smaller GPU); the
+  # interpreter's defaults and a bare KernelConfig keep the one-block path.
+  assert default_config(d, dtype).matryoshka_per_dim
+  assert default_config(d, dtype, smem_kib=99).matryoshka_per_dim
+  assert not default_config(d, dtype, interpret=True).matryoshka_per_dim
+  assert not KernelConfig().matryoshka_per_dim

@@ -159,11 +159,13 @@ MRL_CASES = [(1, 16, (16,)), (300, 72, (8, 40, 72)), (2085, 512, (64, 128, 256, 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("b,d,dims", MRL_CASES)
-def test_matryoshka_triton(family, dtype, b, d, dims):
-  # Fused Matryoshka (ragged ladders padded per segment) against the float64 fused
-  # reference, every option on. bf16: the default configs (the FlashAttention-shaped
-  # gradient for the 64-aligned ladder at d = 512, the tiled one for the others); fp32:
-  # ieee dots on the plain configs' tiles (the tiled gradient).
+@pytest.mark.parametrize("one_block", [False, True])
+def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
+  # Fused Matryoshka against the float64 fused reference, every option on: one plain
+  # block per dim (the default), and one block for every dim (ragged ladders padded per
+  # segment). bf16: the default configs (one block: the FlashAttention-shaped gradient
+  # for the 64-aligned ladder at d = 512, the tiled one for the others); fp32: ieee dots
+  # on the plain configs' tiles (one block: the tiled gradient).
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),
@@ -176,6 +178,8 @@ def test_matryoshka_triton(family, dtype, b, d, dims):
   weights = tuple(np.linspace(0.5, 1.5, len(dims)))
   opts = dict(tau_plus=0.05 if b % 2 and b > 1 else 0.0, label_smoothing=0.1, lse_square_scale=1e-3)
   cfg = _cfg(d, dtype) if dtype == jnp.float32 else None
+  if one_block:
+    cfg = dataclasses.replace(cfg or default_config(d, dtype), matryoshka_per_dim=False)
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
                              matryoshka_weights=weights, **kw, **k),
           lambda *a, **k: reference.matryoshka_fused_with_stats(
@@ -198,8 +202,10 @@ def test_matryoshka_deterministic(loss):
 
 
 def test_matryoshka_one_device_ring_equals_plain():
+  # The ring runs Matryoshka in one block: so does the single-device loss here.
   x, y = features(4, [(1000, 128), (1000, 128)], jnp.bfloat16)
-  kw = dict(backend="triton", matryoshka_dims=(32, 64, 128))
+  cfg = dataclasses.replace(default_config(128, jnp.bfloat16), matryoshka_per_dim=False)
+  kw = dict(backend="triton", matryoshka_dims=(32, 64, 128), config=cfg)
   mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
   ring = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name, **kw),
                     mesh, "batch")
@@ -235,18 +241,19 @@ def test_accuracy_triton(d, dtype):
 
 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
-@pytest.mark.parametrize("path", ["sweep", "tiled", "mrl"])
+@pytest.mark.parametrize("path", ["sweep", "tiled", "mrl", "mrl_one_block"])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_where_triton(family, path, dtype):
-  # where= on the kernels (FlashAttention-shaped, tiled and Matryoshka paths) against
-  # the float64 reference on the kept rows (a static numpy mask indexes them, so the
-  # reference's gradients scatter back with zeros on the removed rows).
+  # where= on the kernels (FlashAttention-shaped, tiled, Matryoshka per dim and in one
+  # block) against the float64 reference on the kept rows (a static numpy mask indexes
+  # them, so the reference's gradients scatter back with zeros on the removed rows).
   from tests.test_where import FAMILIES, _mask  # pylint: disable=g-import-not-at-top
   b, d = 1500, 384
   fn, ref, kw = FAMILIES[family]
   cfg = _cfg(d, dtype)
-  cfg = dataclasses.replace(cfg, fwd_tiled=path != "sweep", bwd_tiled=path == "tiled")
-  dims = (64, 192, 384) if path == "mrl" else None
+  cfg = dataclasses.replace(cfg, fwd_tiled=path != "sweep", bwd_tiled=path == "tiled",
+                            matryoshka_per_dim=path == "mrl")
+  dims = (64, 192, 384) if path.startswith("mrl") else None
   arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
             features(b + d, [(b, d), (b, d)], dtype))
   w = _mask(b, seed=7)
@@ -274,12 +281,14 @@ def test_where_triton(family, path, dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_paired_gradient_triton(family, b, d, dims, dtype):
   # KernelConfig(bwd_pair=True): both towers' gradients from one set of coefficient
-  # slabs (tiled gradient; Matryoshka's suffix sums), against the float64 reference.
+  # slabs (tiled gradient; Matryoshka's suffix sums in one block), against the float64
+  # reference.
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
                 dict(use_qq_negatives=True, margin=0.05))}[family]
-  cfg = dataclasses.replace(_cfg(d, dtype), bwd_tiled=True, bwd_pair=True)
+  cfg = dataclasses.replace(_cfg(d, dtype), bwd_tiled=True, bwd_pair=True,
+                            matryoshka_per_dim=False)
   arrays = (qwen3_batch(b, b, d, 3, dtype) if family == "qwen3" else
             features(b + d, [(b, d), (b, d)], dtype))
   ref_fn = (lambda *a, **k: ref(*a, **kw, **k)[0]) if dims is None else (

@@ -6,9 +6,11 @@ The full product (family x option x ladder x backend) is marked ``slow``; a fixe
 sample of it, covering every family, option, ladder and backend, runs by default.
 """
 
+import dataclasses
 import itertools
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -71,7 +73,7 @@ def _ref(ref, dims, weights, **kw):
       lambda *b, **c: ref(*b, **c), *a, dims=dims, weights=weights, **kw, **k)[0]
 
 
-def _check(family, option, ladder, backend, dtype=jnp.float32, b=21):
+def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None):
   fn, ref, fam_kw = FAMILIES[family]
   d, dims, weights = LADDERS[ladder]
   opts = _opts(option, b)
@@ -79,7 +81,7 @@ def _check(family, option, ladder, backend, dtype=jnp.float32, b=21):
   arrays = _arrays(family, b, d, dtype)
   if opts.get("normalized_inputs"):   # unit inputs; every prefix is renormalized anyway
     arrays = [reference.normalize(a) for a in arrays]
-  compare(_fused(fn, dims, weights, backend=backend, **fam_kw),
+  compare(_fused(fn, dims, weights, backend=backend, config=config, **fam_kw),
           _ref(ref, dims, weights, **fam_kw), arrays, temperature=t, dtype=dtype, **opts)
 
 
@@ -280,3 +282,67 @@ def test_matryoshka_weights_scale_linearly():
   f = lambda w: mj.clip_loss(x, y, matryoshka_dims=(4, 16), matryoshka_weights=w,
                              backend="blockwise")
   np.testing.assert_allclose(f((2.0, 0.0)) + f((0.0, 3.0)), f((2.0, 3.0)), rtol=1e-5)
+
+
+def _per_dim_config(backend, d, dtype=jnp.float32):
+  base = (mj.KernelConfig() if backend == "blockwise" else
+          mj.default_config(d, dtype, interpret=True))
+  return dataclasses.replace(base, matryoshka_per_dim=True)
+
+
+# One plain block per dim on each dim's renormalized prefixes (the GPU default).
+@pytest.mark.parametrize("family,option,ladder,backend", [
+    ("clip", "all", "48", "interpret"), ("lit", "tau_rows", "200", "blockwise"),
+    ("qwen3", "smoothing", "200", "interpret"), ("lit_qwen3", "zloss", "64", "interpret"),
+    ("qwen3", "normalized", "one", "blockwise"), ("clip", "plain", "64", "blockwise"),
+    ("lit", "all", "one", "interpret"), ("lit_qwen3", "tau", "48", "blockwise")])
+def test_per_dim_vs_reference(family, option, ladder, backend):
+  _check(family, option, ladder, backend, config=_per_dim_config(backend, LADDERS[ladder][0]))
+
+
+@pytest.mark.parametrize("family", ["clip", "qwen3"])
+def test_per_dim_bf16(family):
+  _check(family, "smoothing", "64", "interpret", dtype=jnp.bfloat16, b=40,
+         config=_per_dim_config("interpret", 64, jnp.bfloat16))
+
+
+def test_per_dim_equals_one_block_with_where_and_stats():
+  # where= and every stat (per-dim losses, lse, accuracy) as the one-block path gives them.
+  fn, _, kw = FAMILIES["qwen3"]
+  d, dims, weights = LADDERS["200"]
+  arrays = _arrays("qwen3", 30, d)
+  w = np.ones(30, bool)
+  w[5:9] = False
+  run = lambda per_dim: jax.value_and_grad(
+      lambda *a: mj.qwen3_loss_with_stats(
+          *a, matryoshka_dims=dims, where=w, matryoshka_weights=weights, backend="blockwise",
+          config=mj.KernelConfig(matryoshka_per_dim=per_dim), tau_plus=0.1, **kw),
+      argnums=(0, 1, 2), has_aux=True)(*arrays)
+  want, got = run(False), run(True)
+  assert got[0][1].matryoshka_losses.shape == (len(dims),)
+  for a, b in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-6)
+
+
+@pytest.mark.parametrize("per_dim,axis,blocks", [(False, None, 1), (True, None, 3),
+                                                 (True, "batch", 1)])
+def test_per_dim_block_count(per_dim, axis, blocks):
+  # matryoshka_per_dim: K kernel blocks on one device; the ring keeps one for all dims.
+  x, y = features(0, [(8, 48), (8, 48)], jnp.float32)
+  kw = dict(matryoshka_dims=LADDERS["48"][1], backend="blockwise",
+            config=mj.KernelConfig(matryoshka_per_dim=per_dim))
+  if axis is None:
+    fn = lambda a, b: mj.clip_loss(a, b, **kw)
+  else:
+    mesh = Mesh(np.array(jax.devices()[:1]), (axis,))
+    fn = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name, **kw),
+                    mesh, axis)
+
+  def ops(jaxpr):   # the block op is a jit named "op"; count it in nested jaxprs too
+    n = 0
+    for e in jaxpr.eqns:
+      n += e.params.get("name") == "op"
+      for sub in jax.extend.core.jaxprs_in_params(e.params):
+        n += ops(sub)
+    return n
+  assert ops(jax.make_jaxpr(fn)(x, y).jaxpr) == blocks

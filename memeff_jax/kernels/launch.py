@@ -507,13 +507,14 @@ class TritonBackend:
     """(config, prefix or None): Matryoshka's config from ``matryoshka_config``."""
     d, dtype = x.shape[1], x.dtype
     smem = None if self.interpret else _device_smem_kib()
-    cfg = spec.config if spec.config is not None else default_config(
-        d, dtype, interpret=self.interpret, smem_kib=smem)
+    default = default_config(d, dtype, interpret=self.interpret, smem_kib=smem)
+    cfg = spec.config if spec.config is not None else default
     if spec.dims is None:
       return cfg, None
+    # The default config, whichever its matryoshka_per_dim, gets Matryoshka's tiles.
+    own = dataclasses.replace(cfg, matryoshka_per_dim=default.matryoshka_per_dim) != default
     cfg = matryoshka_config(cfg, spec.dims, jnp.dtype(dtype).itemsize, smem,
-                            retile=spec.config is None and not self.interpret,
-                            interpret=self.interpret)
+                            retile=not own and not self.interpret, interpret=self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
