@@ -56,7 +56,13 @@ class Ctx(NamedTuple):
     return global_sum(v, self.axis_name)
 
   def sims(self, a: Tower, b: Tower, axis: str = "id,id->i") -> jax.Array:
-    """[K, ...] similarities of paired rows, per prefix dim (fp32 glue)."""
+    """[K, ...] similarities of paired rows, per prefix dim (fp32 glue); with one block
+    per dim, from the blocks' own rounded prefixes (the positives and the margin's
+    thresholds round as the blocks' similarities do)."""
+    if a.pre is not None:
+      up = lambda v: v.astype(a.v32.dtype)
+      return jnp.stack([jnp.einsum(axis, up(u), up(w), precision=lax.Precision.HIGHEST)
+                        for u, w in zip(a.pre, b.pre)])
     return _prefix_dots(a, b, self.dims, axis)
 
   def block(self, x: Tower, y: Tower | None, row_thr=None, **spec) -> tuple:
@@ -176,7 +182,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
   per_dim = dims is not None and axis_name is None and _per_dim(be, config, d, arrays[0].dtype)
-  towers = [None if a is None else _tower(a, dims, r if per_dim and r.ndim == 2 else None)
+  towers = [None if a is None else _tower(a, dims, r if per_dim else None)
             for a, r in zip(arrays, raw)]
   batch = n * ring_size(axis_name)
   if mask is not None:   # the global batch is the rows kept (traced)
@@ -249,10 +255,14 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
 
 def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
   """raw (one block per dim): the array before normalization, whose prefixes are
-  normalized afresh (one rounding; a unit vector's prefix, renormalized, is the same)."""
+  normalized afresh (one rounding; a unit vector's prefix, renormalized, is the same),
+  from an fp32 copy: the K prefixes' cotangents sum there and round once."""
   v32 = v.astype(_terms.glue_dtype(v.dtype))
   tab = None if dims is None else _inverse_norms(v32, dims)
-  pre = None if raw is None else tuple(normalize(raw[:, :m]) for m in dims)
+  pre = None
+  if raw is not None:
+    raw32 = raw.astype(v32.dtype)
+    pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
   return Tower(v, v32, tab, pre)
 
 

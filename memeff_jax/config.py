@@ -56,9 +56,9 @@ class KernelConfig:
     matryoshka_per_dim: on one device (no ``axis_name``), a Matryoshka loss runs one
       plain block per dim, on that dim's renormalized prefixes (copies: sum(m_k) / D
       of each tower, in its dtype), instead of one block whose feature walk serves
-      every dim through prefix tables (no copies, O(K B) extra). Same math. On in the
-      GPU defaults: on an H200, bf16, B = 65536, D = 512, dims 64..512, fwd+bwd,
-      CLIP 110.7 against 231.0 ms (benchmarks/NOTES.md). Off in the interpreter's
+      every dim through prefix tables (no copies, O(K B) extra). Same math; in 16-bit
+      each prefix is rounded as the eager wrapper rounds it. On in the GPU defaults
+      (fp32 only up to d_pad = 256; see ``default_config``). Off in the interpreter's
       defaults and for the blockwise backend with ``config=None``. The ring always
       uses the one block: its travelling block moves once for all dims.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32" like JAX's
@@ -242,7 +242,10 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
     second row sweep for the columns) and half-height tiles.
   - Matryoshka runs one plain block per dim (``matryoshka_per_dim``), each with the
-    default tiles of its own prefix size.
+    default tiles of its own prefix size, except fp32 at d_pad > 256, whose plain
+    tiles are slow (fwd+bwd, CLIP, dims d/8..d: bf16 B = 65536 D = 128 50.8 ms against
+    296 in one block, D = 512 110.7 against 231, B = 32768 D = 1024 49.8 against 111;
+    fp32 B = 32768 D = 128 35.5 against 94.9, but D = 512 189 against 127).
   - Shared memory (``smem_bytes``: resident tile + stages * streamed tiles) must stay
     under 227 KB or the launch fails; fp32 tiles are half as tall.
   """
@@ -252,8 +255,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
                         fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad,
                         precision="ieee", max_programs=4, min_programs=1)
-  cfg = dataclasses.replace(_h100_config(d_pad, np.dtype(dtype).itemsize >= 4),
-                            matryoshka_per_dim=True)
+  wide = np.dtype(dtype).itemsize >= 4
+  cfg = dataclasses.replace(_h100_config(d_pad, wide),
+                            matryoshka_per_dim=not wide or d_pad <= 256)
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

@@ -13,6 +13,7 @@ import memeff_jax as mj
 from memeff_jax import _core, reference
 from memeff_jax.config import default_config
 from tests._check import compare, features
+from tests.test_matryoshka import eager_ref
 from tests.test_qwen3 import batch as qwen3_batch
 
 pytestmark = pytest.mark.gpu
@@ -161,9 +162,9 @@ MRL_CASES = [(1, 16, (16,)), (300, 72, (8, 40, 72)), (2085, 512, (64, 128, 256, 
 @pytest.mark.parametrize("b,d,dims", MRL_CASES)
 @pytest.mark.parametrize("one_block", [False, True])
 def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
-  # Fused Matryoshka against the float64 fused reference, every option on: one plain
-  # block per dim (the default), and one block for every dim (ragged ladders padded per
-  # segment). bf16: the default configs (one block: the FlashAttention-shaped gradient
+  # Fused Matryoshka against the float64 reference, every option on: one plain block
+  # per dim (the default; the eager reference, which rounds as it does in 16-bit), and
+  # one block for every dim (the fused reference; ragged ladders padded per segment). bf16: the default configs (one block: the FlashAttention-shaped gradient
   # for the 64-aligned ladder at d = 512, the tiled one for the others); fp32: ieee dots
   # on the plain configs' tiles (one block: the tiled gradient).
   fn, ref, kw = {
@@ -178,13 +179,14 @@ def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
   weights = tuple(np.linspace(0.5, 1.5, len(dims)))
   opts = dict(tau_plus=0.05 if b % 2 and b > 1 else 0.0, label_smoothing=0.1, lse_square_scale=1e-3)
   cfg = _cfg(d, dtype) if dtype == jnp.float32 else None
-  if one_block:
-    cfg = dataclasses.replace(cfg or default_config(d, dtype), matryoshka_per_dim=False)
+  if cfg is not None or one_block:   # (fp32 defaults above d_pad 256: one block)
+    cfg = dataclasses.replace(cfg or default_config(d, dtype), matryoshka_per_dim=not one_block)
+  ref_fn = (eager_ref(ref, dims, weights, **kw) if not one_block else
+            lambda *a, **k: reference.matryoshka_fused_with_stats(
+                ref, *a, dims=dims, weights=weights, **kw, **k)[0])
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
                              matryoshka_weights=weights, **kw, **k),
-          lambda *a, **k: reference.matryoshka_fused_with_stats(
-              ref, *a, dims=dims, weights=weights, **kw, **k)[0],
-          arrays, dtype=dtype, **opts)
+          ref_fn, arrays, dtype=dtype, **opts)
 
 
 @pytest.mark.parametrize("loss", ["clip", "qwen3"])
@@ -263,6 +265,8 @@ def test_where_triton(family, path, dtype):
     kept = [v[w] for v in a]
     if dims is None:
       return ref(*kept, **kw, **k)[0]
+    if path == "mrl":   # one block per dim: rounds as the eager wrapper does
+      return eager_ref(ref, dims, None, **kw)(*kept, **k)
     return reference.matryoshka_fused_with_stats(ref, *kept, dims=dims, **kw, **k)[0]
 
   compare(lambda *a, **k: fn(*a, where=w, backend="triton", config=cfg, matryoshka_dims=dims,
