@@ -62,9 +62,11 @@ def _with_ladder(fn, kw, d):
     return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
   if kw.get("matryoshka_dims") == "ladder":
     kw["matryoshka_dims"] = ladder(d)
-  if kw.pop("one_block", None):   # the default tiles, Matryoshka in one block
-    return lambda *a, **k: fn(*a, **k, **kw, config=dataclasses.replace(
-        mj.default_config(d, a[0].dtype), matryoshka_per_dim=False))
+  if kw.pop("one_block", None):   # Matryoshka in one block (default tiles unless given)
+    def one(*a, config=None, **k):
+      base = config or mj.default_config(d, a[0].dtype)
+      return fn(*a, **k, **kw, config=dataclasses.replace(base, matryoshka_per_dim=False))
+    return one
   if kw.pop("where", None) == "tenth":
     kept = lambda b: jnp.arange(b) < b - b // 10
     return lambda *a, **k: fn(*a, **k, **kw, where=kept(a[0].shape[0]))
