@@ -364,7 +364,8 @@ def sections(results: str, prefix: str, plots: str, readme_dir: str, later: list
     out["plot:bxd"] = link(png, "fwd+bwd time vs batch, CLIP and LiT, each feature size: "
                       "memeff_jax, memeff and the dense XLA loss")
   if have("mrl_triton", "mrl_memeff"):
-    out["table:mrl"] = render_mrl.main(path("mrl_triton"), path("mrl_memeff"))
+    out["table:mrl"] = render_mrl.main(path("mrl_triton"), path("mrl_memeff"),
+                                       path("mrl_one_block") if have("mrl_one_block") else None)
   rings = sorted(glob.glob(os.path.join(results, f"{prefix}_ring*.csv")))
   if rings:
     rows = read(*rings)
