@@ -5,8 +5,9 @@ The chain, once for every family: validate, pick the backend, lock towers, norma
 build the Matryoshka prefix tables (and, with one block per dim, each dim's renormalized
 prefixes), upcast one fp32 copy per array for the O(B D) glue, call the family's head,
 turn each softmax direction into loss terms (debiasing in the log domain), add label
-smoothing and the z-loss per Matryoshka dim, weight the dims, apply ``stable``. Without ``matryoshka_dims`` everything runs with one "dim" (K = 1)
-and no renormalization, so each option is written once (docs/math.md §3, §7, §8).
+smoothing and the z-loss per Matryoshka dim, weight the dims, apply ``stable``. Without
+``matryoshka_dims`` everything runs with one "dim" (K = 1) and no renormalization, so
+each option is written once (docs/math.md §3, §7, §8).
 """
 
 from __future__ import annotations
@@ -22,9 +23,9 @@ from jax import lax
 
 from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
-from memeff_jax.config import default_config
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
                                poison_flag, ring_size, softmax_terms, stable_scale, taint)
+from memeff_jax.config import default_config
 
 _P = ParamSpec("_P")
 # Keywords every loss takes, in signature order; families add their own (margin, ...).

@@ -164,9 +164,10 @@ MRL_CASES = [(1, 16, (16,)), (300, 72, (8, 40, 72)), (2085, 512, (64, 128, 256, 
 def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
   # Fused Matryoshka against the float64 reference, every option on: one plain block
   # per dim (the default; the eager reference, which rounds as it does in 16-bit), and
-  # one block for every dim (the fused reference; ragged ladders padded per segment). bf16: the default configs (one block: the FlashAttention-shaped gradient
-  # for the 64-aligned ladder at d = 512, the tiled one for the others); fp32: ieee dots
-  # on the plain configs' tiles (one block: the tiled gradient).
+  # one block for every dim (the fused reference; ragged ladders padded per segment).
+  # bf16: the default configs (one block: the FlashAttention-shaped gradient for the
+  # 64-aligned ladder at d = 512, the tiled one for the others); fp32: ieee dots on the
+  # plain configs' tiles (one block: the tiled gradient).
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),
