@@ -182,7 +182,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   raw = list(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
-  per_dim = dims is not None and axis_name is None and _per_dim(be, config, d, arrays[0].dtype)
+  per_dim = dims is not None and _per_dim(be, config, d, arrays[0].dtype)
   towers = [None if a is None else _tower(a, dims, r if per_dim else None)
             for a, r in zip(arrays, raw)]
   batch = n * ring_size(axis_name)

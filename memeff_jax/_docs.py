@@ -34,7 +34,7 @@ OPTIONS = {
       at the feature size d (any ladder, e.g. (64, 128, 256, 512) or (16, 72, 200)).
       The loss becomes ``sum_k w_k L_k``, L_k this loss on the renormalized first
       m_k features (every prefix renormalized, the last too), every option applied
-      per dim (docs/math.md §8): on one GPU as one plain block per dim, else in one
+      per dim (docs/math.md §8): on a GPU as one plain block per dim, else in one
       pass over the features (``KernelConfig.matryoshka_per_dim``). None: off.""",
     "matryoshka_weights": """one float per Matryoshka dim (default 1.0 each; not
       normalized). Needs ``matryoshka_dims``.""",

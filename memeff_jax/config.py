@@ -53,14 +53,14 @@ class KernelConfig:
     min_slab_rows: the tiled gradient's coefficient slabs keep at least this many
       rows whatever ``slab_kib`` says (a thinner slab starves its XLA dot: at
       B = 262144, D = 1024, 128-row slabs ran at 60% of the speed of 512-row ones).
-    matryoshka_per_dim: on one device (no ``axis_name``), a Matryoshka loss runs one
-      plain block per dim, on that dim's renormalized prefixes (copies: sum(m_k) / D
-      of each tower, in its dtype), instead of one block whose feature walk serves
-      every dim through prefix tables (no copies, O(K B) extra). Same math; in 16-bit
+    matryoshka_per_dim: a Matryoshka loss runs one plain block per dim (through the
+      ring: one plain ring per dim), on that dim's renormalized prefixes (copies:
+      sum(m_k) / D of each tower, in its dtype), instead of one block whose feature
+      walk serves every dim through prefix tables (no copies, O(K B) extra; through
+      the ring its travelling block moves once for all dims). Same math; in 16-bit
       each prefix is rounded as the eager wrapper rounds it. On in the GPU defaults
       (fp32 only up to d_pad = 256; see ``default_config``). Off in the interpreter's
-      defaults and for the blockwise backend with ``config=None``. The ring always
-      uses the one block: its travelling block moves once for all dims.
+      defaults and for the blockwise backend with ``config=None``.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32" like JAX's
       default GPU matmul, "tf32x3", or "ieee"). 16-bit inputs ignore it.
     blockwise_tile: column tile of the pure-JAX blockwise backend.

@@ -204,10 +204,11 @@ def test_matryoshka_deterministic(loss):
       np.testing.assert_array_equal(a, b_)
 
 
-def test_matryoshka_one_device_ring_equals_plain():
-  # The ring runs Matryoshka in one block: so does the single-device loss here.
+@pytest.mark.parametrize("per_dim", [False, True])
+def test_matryoshka_one_device_ring_equals_plain(per_dim):
+  # Both forms (one block for all dims, one ring per dim) through a one-device ring.
   x, y = features(4, [(1000, 128), (1000, 128)], jnp.bfloat16)
-  cfg = dataclasses.replace(default_config(128, jnp.bfloat16), matryoshka_per_dim=False)
+  cfg = dataclasses.replace(default_config(128, jnp.bfloat16), matryoshka_per_dim=per_dim)
   kw = dict(backend="triton", matryoshka_dims=(32, 64, 128), config=cfg)
   mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
   ring = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name, **kw),

@@ -193,12 +193,14 @@ def _mesh(n):
     [(f, n, be) for f in FAMILIES for n, be in [(1, "blockwise"), (2, "blockwise"),
                                                  (4, "blockwise"), (8, "blockwise"),
                                                  (2, "interpret")]] +
-    [("clip", 2, "interpret_paired"), ("qwen3", 2, "interpret_paired")],
+    [("clip", 2, "interpret_paired"), ("qwen3", 2, "interpret_paired")] +
+    [("clip", 2, "blockwise_per_dim"), ("qwen3", 8, "blockwise_per_dim"),
+     ("lit", 2, "interpret_per_dim"), ("lit_qwen3", 4, "interpret_per_dim")],
     lambda i, c: c[1] in (2, 8) or c[0] == "clip"))
 def test_ring(family, n_dev, backend):
   # The travelling block carries its prefix tables; every device's loss and the
   # gradients equal one device's (interpret_paired: both towers' gradients of each hop
-  # from one set of coefficient slabs).
+  # from one set of coefficient slabs; *_per_dim: one plain ring per dim).
   fn, _, fam_kw = FAMILIES[family]
   d, dims, weights = LADDERS["48"]
   arrays = _arrays(family, 24, d)
@@ -208,6 +210,9 @@ def test_ring(family, n_dev, backend):
   if backend == "interpret_paired":
     from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
     kw.update(backend="interpret", config=kernel_path_config("tiled_paired", d, jnp.float32))
+  elif backend.endswith("_per_dim"):
+    be = backend.removesuffix("_per_dim")
+    kw.update(backend=be, config=_per_dim_config(be, d))
   ring = mj.sharded(lambda *a, tau_plus, axis_name: fn(*a, tau_plus=tau_plus,
                                                        axis_name=axis_name, **kw),
                     _mesh(n_dev), "batch")
@@ -339,9 +344,9 @@ def test_per_dim_equals_one_block_with_where_and_stats():
 
 
 @pytest.mark.parametrize("per_dim,axis,blocks", [(False, None, 1), (True, None, 3),
-                                                 (True, "batch", 1)])
+                                                 (False, "batch", 1), (True, "batch", 3)])
 def test_per_dim_block_count(per_dim, axis, blocks):
-  # matryoshka_per_dim: K kernel blocks on one device; the ring keeps one for all dims.
+  # matryoshka_per_dim: K kernel blocks (rings with an axis), else one for all dims.
   x, y = features(0, [(8, 48), (8, 48)], jnp.float32)
   kw = dict(matryoshka_dims=LADDERS["48"][1], backend="blockwise",
             config=mj.KernelConfig(matryoshka_per_dim=per_dim))
