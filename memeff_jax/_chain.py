@@ -25,7 +25,6 @@ from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
                                poison_flag, ring_size, softmax_terms, stable_scale, taint)
-from memeff_jax.config import default_config
 
 _P = ParamSpec("_P")
 # Keywords every loss takes, in signature order; families add their own (margin, ...).
@@ -182,7 +181,10 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   raw = list(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
-  per_dim = dims is not None and _per_dim(be, config, d, arrays[0].dtype)
+  # One plain block per dim (KernelConfig.matryoshka_per_dim; config=None: the backend's)
+  per_dim = dims is not None and (
+      config if config is not None else be.default_config(d, arrays[0].dtype)
+  ).matryoshka_per_dim
   towers = [None if a is None else _tower(a, dims, r if per_dim else None)
             for a, r in zip(arrays, raw)]
   batch = n * ring_size(axis_name)
@@ -265,16 +267,6 @@ def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
     raw32 = raw.astype(v32.dtype)
     pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
   return Tower(v, v32, tab, pre)
-
-
-def _per_dim(be, config, d: int, dtype) -> bool:
-  """Matryoshka as one plain block per dim (``KernelConfig.matryoshka_per_dim``); with
-  config=None, the Triton default config's choice, and never for the blockwise backend."""
-  if config is None:
-    if be.name == "blockwise":
-      return False
-    config = default_config(d, dtype, interpret=be.name == "interpret")
-  return config.matryoshka_per_dim
 
 
 def _segments(dims, v):

@@ -45,6 +45,9 @@ class _FirstOrderOnly:
   def pairs(self, x, spec) -> bool:
     return self.inner.pairs(x, spec)
 
+  def default_config(self, d: int, dtype):
+    return self.inner.default_config(d, dtype)
+
   def bwd_pair(self, *args, **kwargs):
     return _refuse_transforms(self.inner.bwd_pair, self.name, args, kwargs)
 

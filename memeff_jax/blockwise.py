@@ -84,6 +84,10 @@ class BlockwiseBackend:
 
   name: str = "blockwise"
 
+  def default_config(self, d: int, dtype) -> KernelConfig:   # pylint: disable=unused-argument
+    """The config with ``config=None`` (its ``blockwise_tile``; Matryoshka in one block)."""
+    return KernelConfig()
+
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(_config(spec).blockwise_tile, m)

@@ -503,11 +503,16 @@ class TritonBackend:
   def name(self) -> str:
     return "interpret" if self.interpret else "triton"
 
+  def default_config(self, d: int, dtype) -> KernelConfig:
+    """The config a block of feature size ``d`` gets with ``config=None``."""
+    smem = None if self.interpret else _device_smem_kib()
+    return default_config(d, dtype, interpret=self.interpret, smem_kib=smem)
+
   def _setup(self, spec, x, x_tab, y_tab):
     """(config, prefix or None): Matryoshka's config from ``matryoshka_config``."""
     d, dtype = x.shape[1], x.dtype
     smem = None if self.interpret else _device_smem_kib()
-    default = default_config(d, dtype, interpret=self.interpret, smem_kib=smem)
+    default = self.default_config(d, dtype)
     cfg = spec.config if spec.config is not None else default
     if spec.dims is None:
       return cfg, None
