@@ -4,6 +4,7 @@ temperature) under jax.jit, with the tolerances of _tolerances."""
 import dataclasses
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -102,3 +103,12 @@ def kernel_path_config(path, d, dtype):
                            fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,
                            bwd_block_d=32, slab_kib=1, min_slab_rows=1),
   }[path])
+
+
+def jaxpr_eqns(jaxpr):
+  """Every equation of ``jaxpr``, those of nested jaxprs (jit, shard_map, scan, cond)
+  included."""
+  for e in jaxpr.eqns:
+    yield e
+    for sub in jax.extend.core.jaxprs_in_params(e.params):
+      yield from jaxpr_eqns(sub)

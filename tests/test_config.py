@@ -10,6 +10,7 @@ import pytest
 from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
                                smem_bytes)
 from memeff_jax.kernels import launch
+from tests._check import jaxpr_eqns
 
 DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
@@ -96,20 +97,9 @@ def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims):
   jaxpr = jax.make_jaxpr(lambda a, b: launch.lse_fwd(
       a, b, jnp.float32(1.0), None, (0, 0), two_sided=two_sided, exclude_self=False,
       config=cfg, interpret=True, prefix=prefix))(x, x)
-  launches = []
-
-  def walk(jx):
-    for e in jx.eqns:
-      if e.primitive.name == "pure_callback":   # the interpreted kernel launch
-        launches.append(sum(v.aval.size * v.aval.dtype.itemsize for v in e.outvars
-                            if v.aval.size > 1))   # (one-sided: [1] placeholders)
-      for p in e.params.values():
-        for sub in p if isinstance(p, (tuple, list)) else [p]:
-          sub = getattr(sub, "jaxpr", sub)
-          if hasattr(sub, "eqns"):
-            walk(sub)
-
-  walk(jaxpr.jaxpr)
+  # The interpreted kernel launches (one-sided: [1] placeholders not counted).
+  launches = [sum(v.aval.size * v.aval.dtype.itemsize for v in e.outvars if v.aval.size > 1)
+              for e in jaxpr_eqns(jaxpr.jaxpr) if e.primitive.name == "pure_callback"]
   assert launches and all(kib * 2**9 < b <= kib * 2**10 for b in launches), launches
 
 

@@ -10,7 +10,6 @@ import dataclasses
 import itertools
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import reference
-from tests._check import compare, features, sampled
+from tests._check import compare, features, jaxpr_eqns, sampled
 from tests.test_qwen3 import batch as qwen3_batch
 
 FAMILIES = {
@@ -356,12 +355,6 @@ def test_per_dim_block_count(per_dim, axis, blocks):
     mesh = Mesh(np.array(jax.devices()[:1]), (axis,))
     fn = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name, **kw),
                     mesh, axis)
-
-  def ops(jaxpr):   # the block op is a jit named "op"; count it in nested jaxprs too
-    n = 0
-    for e in jaxpr.eqns:
-      n += e.params.get("name") == "op"
-      for sub in jax.extend.core.jaxprs_in_params(e.params):
-        n += ops(sub)
-    return n
-  assert ops(jax.make_jaxpr(fn)(x, y).jaxpr) == blocks
+  # The block op is a jit named "op".
+  eqns = jaxpr_eqns(jax.make_jaxpr(fn)(x, y).jaxpr)
+  assert sum(e.params.get("name") == "op" for e in eqns) == blocks
