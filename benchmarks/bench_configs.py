@@ -1,12 +1,15 @@
 """Tile sweep and time split for the Triton backend (one GPU, one process).
 
-For each feature size and KernelConfig: CLIP (``clip``) or fused Matryoshka CLIP with
-dims (d/8, d/4, d/2, d) (``clip_mrl``) fwd+bwd and forward-only time at one batch, so
-the defaults in config.py come from measurements and the backward's share of the
-time is visible (bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None).
+For each feature size and KernelConfig: CLIP (``clip``), LiT (``lit``), Qwen3 (``qwen3``)
+or fused Matryoshka with dims (d/8, d/4, d/2, d) (``clip_mrl``, ...) fwd+bwd (with its
+compiled extra memory) and forward-only time at one batch, so the defaults in
+config.py come from measurements and the backward's share of the time is visible
+(bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None). ``--set slab``: the
+tiled (coefficient-slab) gradient at several slab heights instead of the tile list.
 
   python benchmarks/bench_configs.py --batch 65536 --dims 512 --out configs.csv
   python benchmarks/bench_configs.py --losses clip_mrl --dims 512 --out configs_mrl.csv
+  python benchmarks/bench_configs.py --set slab --losses clip,qwen3 --dims 512
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import jax
 import jax.numpy as jnp
 
 import memeff_jax as mj
-from benchmarks._harness import Result, Writer, guarded, summarize, time_jax
+from benchmarks._harness import Result, Writer, compiled_extra_gib, guarded, summarize, time_jax
 from memeff_jax.config import default_config
 
 # Overrides of default_config(d, bf16); "bwd" tuples are (block_m, block_n, warps, stages).
@@ -64,6 +67,13 @@ CANDIDATES = {
            _tb(64, 128, 64, 4, 4, slab_kib=131072),
            _tb(128, 64, 64, 4, 4), dict(bwd_pair=False)],
 }
+# The tiled gradient, paired (both towers from one slab), by slab height (min_slab_rows
+# above what the 64 MiB slab budget gives), tile and warps.
+_S = lambda rows, *t: _tb(*t, bwd_pair=True, min_slab_rows=rows)
+SLAB_CANDIDATES = [_S(1024, 64, 128, 64, 4, 4), _S(2048, 64, 128, 64, 4, 4),
+                   _S(4096, 64, 128, 64, 4, 4), _S(2048, 128, 128, 64, 8, 3),
+                   _S(2048, 128, 64, 64, 4, 4), _S(2048, 64, 128, 64, 8, 4),
+                   _S(2048, 64, 64, 64, 4, 4), _S(2048, 64, 256, 64, 8, 3)]
 # Matryoshka: the tiled forward with the default 64 x 64 tiles, then gradient
 # candidates (FlashAttention-shaped with several tiles; the tiled one unpaired and
 # paired), then forward candidates.
@@ -84,13 +94,15 @@ def main(argv=None):
   p.add_argument("--losses", default="clip")
   p.add_argument("--reps", type=int, default=10)
   p.add_argument("--only", default=None, help="comma-separated candidate indices")
+  p.add_argument("--set", choices=("tiles", "slab"), default="tiles")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   w = Writer(a.out)
   b = a.batch
   for d, name in itertools.product(map(int, a.dims.split(",")), a.losses.split(",")):
     mrl = name.endswith("_mrl")
-    cands = [{}] + (MRL_CANDIDATES if mrl else CANDIDATES).get(d, [])
+    cands = [{}] + (SLAB_CANDIDATES if a.set == "slab" else
+                    (MRL_CANDIDATES if mrl else CANDIDATES).get(d, []))
     x, y = (jax.random.normal(k, (b, d), jnp.float32).astype(jnp.bfloat16)
             for k in jax.random.split(jax.random.key(0), 2))
     for i, t in enumerate(cands):
@@ -98,18 +110,21 @@ def main(argv=None):
         continue
       cfg = None if i == 0 else dataclasses.replace(default_config(d, jnp.bfloat16), **t)
       base = name.removesuffix("_mrl")
-      fn = functools.partial({"clip": mj.clip_loss, "lit": mj.lit_loss}[base],
+      fn = functools.partial({"clip": mj.clip_loss, "lit": mj.lit_loss,
+                              "qwen3": mj.qwen3_loss}[base],
                              **(dict(matryoshka_dims=(d // 8, d // 4, d // 2, d)) if mrl else {}))
-      argnums = (0, 1) if base == "clip" else (0,)
-      gemms = 5 if base == "clip" else 3
+      argnums = (0,) if base == "lit" else (0, 1)
+      gemms = 3 if base == "lit" else 5
       label = "default" if i == 0 else f"cfg{i}"
       note = str(t)
       full = jax.jit(jax.value_and_grad(
           lambda x, y: fn(x, y, backend="triton", config=cfg), argnums=argnums))
       fwd = jax.jit(lambda x, y: fn(x, y, backend="triton", config=cfg))
       r = Result(f"{name}_fwd+bwd", label, b, d, "bfloat16", note=note)
-      guarded(w, r, lambda: summarize(r, time_jax(full, x, y, reps=a.reps),
-                                      gemms * 2.0 * b * b * d))
+      def timed(r=r, full=full):
+        r.extra_gib = compiled_extra_gib(full, x, y)
+        return summarize(r, time_jax(full, x, y, reps=a.reps), gemms * 2.0 * b * b * d)
+      guarded(w, r, timed)
       r2 = Result(f"{name}_fwd", label, b, d, "bfloat16", note=note)
       guarded(w, r2, lambda: summarize(r2, time_jax(fwd, x, y, reps=a.reps), 2.0 * b * b * d))
 

@@ -50,6 +50,13 @@ for _name in ("clip", "qwen3"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   LOSSES[f"{_name}_where"] = (_fn, _ref, _n, _arg, dict(_kw, where="tenth"), _g)
 
+# Memory for speed: bwd_pair with coefficient slabs of 2048 / 4096 rows (README, "Trading
+# memory for speed"); LiT trains one tower, so its gradient is unchanged.
+for _name in ("clip", "lit", "qwen3", "qwen3_qqdd"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  for _rows in (2048, 4096):
+    LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)
+
 
 def ladder(d):
   return (d // 8, d // 4, d // 2, d)
@@ -67,6 +74,12 @@ def _with_ladder(fn, kw, d):
       base = config or mj.default_config(d, a[0].dtype)
       return fn(*a, **k, **kw, config=dataclasses.replace(base, matryoshka_per_dim=False))
     return one
+  if (rows := kw.pop("slab_rows", None)):   # on top of the default config unless given
+    def slab(*a, config=None, **k):
+      base = config or mj.default_config(d, a[0].dtype)
+      return fn(*a, **k, **kw, config=dataclasses.replace(base, bwd_pair=True,
+                                                          min_slab_rows=rows))
+    return slab
   if kw.pop("where", None) == "tenth":
     kept = lambda b: jnp.arange(b) < b - b // 10
     return lambda *a, **k: fn(*a, **k, **kw, where=kept(a[0].shape[0]))
@@ -135,8 +148,8 @@ def bench_memeff(writer, name, b, d, reps):
   import memeff  # pylint: disable=g-import-not-at-top
   r = Result(name, "memeff", b, d, "bfloat16")
   kw = dict(LOSSES[name][4])
-  if "one_block" in kw or "where" in kw:
-    r.note = "memeff has no counterpart (one-block Matryoshka, where=)"
+  if "one_block" in kw or "where" in kw or "slab_rows" in kw:
+    r.note = "memeff has no counterpart (one-block Matryoshka, where=, slab budget)"
     writer.add(r)
     return
   base = name.replace("_mrl", "").replace("_eager", "")

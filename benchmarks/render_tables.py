@@ -11,6 +11,7 @@ Every generated part of the README sits between markers, <!-- KIND:NAME --> and
   text:bxd-before       the cells a later run replaced (marked *), as first measured
   plot:bxd              time vs batch, log-log, one panel per loss and D
   table:mrl             render_mrl.py's Matryoshka table
+  table:fast            the paired gradient with taller slabs (memory for speed)
   table:ring, plot:ring multi-GPU scaling (bench_ring.py, bench_ring_memeff.py)
 
 Inputs are <prefix>_<stage>*.csv in --results (prefix "h200": the GPU); the plots go to
@@ -38,7 +39,8 @@ LABELS = {"clip": "CLIP", "lit": "LiT", "qwen3": "Qwen3", "qwen3_qqdd": "Qwen3 +
           "qwen3_k7": "Qwen3, K=7 hard negatives", "lit_qwen3": "LiT-Qwen3",
           "clip_mrl": "Matryoshka CLIP (fused)", "lit_mrl": "Matryoshka LiT (fused)",
           "qwen3_mrl": "Matryoshka Qwen3 (fused)", "lit_qwen3_mrl": "Matryoshka LiT-Qwen3 (fused)",
-          "clip_mrl_eager": "Matryoshka CLIP (eager)"}
+          "clip_mrl_eager": "Matryoshka CLIP (eager)",
+          "clip_mrl_one": "Matryoshka CLIP (fused, one block)"}
 NO_TFLOPS = {"qwen3_k7"}   # the flop count leaves out the hard negatives' work
 # The B x D cells, in this order: ours (with its TFLOP/s), then the others that ran.
 BXD_PROVIDERS = ("triton", "blockwise", "dense", "reference", "memeff")
@@ -122,6 +124,29 @@ def headline_more(rows16k: list[dict], rows1m: list[dict]) -> str:
     text += (f" B={r['batch']:,}, D={r['dim']} {label(r['bench'])}: {r['ms'] / 1e3:.1f} s a "
              f"step, {finite} loss and gradients, {r['extra_gib']:.1f} GiB extra (`bench_1m.py`).")
   return textwrap.fill(text, 88)
+
+
+def fast(rows: list[dict]) -> str:
+  """The default config against bwd_pair with slabs of R rows (``<loss>_rows<R>``), and
+  memeff, for every (loss, B, D) that ran: ms and extra GiB, and memeff's time over
+  the fastest."""
+  get = by_key(rows, "bench", "provider", "batch", "dim")
+  variants = sorted({int(r["bench"].rsplit("_rows", 1)[1]) for r in rows
+                     if "_rows" in r["bench"]})
+  cell = lambda r: f"{fmt_ms(r['ms'])} ms, {r['extra_gib']:.2f} GiB" if r and r["ms"] else "-"
+  body = []
+  for name, b, d in sorted({(r["bench"], r["batch"], r["dim"]) for r in rows
+                            if r["provider"] == "triton" and "_rows" not in r["bench"]},
+                           key=lambda k: (order(k[0]), k[2], -k[1])):
+    ours = [get.get((name, "triton", b, d))] + [get.get((f"{name}_rows{v}", "triton", b, d))
+                                                 for v in variants]
+    theirs, dense = (get.get((name, p, b, d)) for p in ("memeff", "dense"))
+    best = min((r["ms"] for r in ours if r and r["ms"]), default=None)
+    ratio = lambda r: f"{best / r['ms']:.2f}x" if best and r and r["ms"] else "-"
+    body.append([f"{label(name)}, B={b}, D={d}"] + [cell(r) for r in ours] +
+                [cell(theirs), ratio(theirs), cell(dense), ratio(dense)])
+  return table(["workload", "default"] + [f"`bwd_pair`, {v}-row slabs" for v in variants] +
+               ["memeff", "fastest / memeff", "dense XLA", "fastest / dense"], body)
 
 
 def bxd_cells(rows: list[dict], later: list[dict]) -> tuple[dict, dict]:
@@ -366,6 +391,9 @@ def sections(results: str, prefix: str, plots: str, readme_dir: str, later: list
   if have("mrl_triton", "mrl_memeff"):
     out["table:mrl"] = render_mrl.main(path("mrl_triton"), path("mrl_memeff"),
                                        path("mrl_one_block") if have("mrl_one_block") else None)
+  fasts = sorted(glob.glob(path("fast*")))
+  if fasts:
+    out["table:fast"] = fast(read(*fasts))
   rings = sorted(glob.glob(os.path.join(results, f"{prefix}_ring*.csv")))
   if rings:
     rows = read(*rings)
@@ -404,7 +432,7 @@ def main(argv=None):
   p.add_argument("--prefix", default="h200", help="the GPU the CSVs' names start with")
   p.add_argument("--plots", default=None, help="where the PNGs go (default <results>/plots)")
   p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv,{prefix}_shared_exp.csv,"
-                 "{prefix}_bxd_4warps.csv",
+                 "{prefix}_bxd_4warps.csv,{prefix}_bxd_paired.csv",
                  help="CSVs (in --results) of B x D cells measured after the table run")
   p.add_argument("--check", action="store_true", help="exit 1 if the README is not current")
   a = p.parse_args(argv)

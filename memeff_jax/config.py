@@ -43,12 +43,16 @@ class KernelConfig:
     bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.
-    bwd_pair: with the tiled gradient (Matryoshka's too), a block whose two towers
-      both need a gradient computes its coefficient slabs once and multiplies them
-      into both (``c @ y`` and ``c^T @ x``), instead of a second, transposed pass. Off by
-      default until the GPU tests have run on it (measured on an H200, bf16: CLIP
-      B=32768 D=1024 28.1 -> 24.7 ms, fused Matryoshka CLIP B=65536 D=512
-      359 -> 264 ms; benchmarks/NOTES.md).
+    bwd_pair: a block whose two towers both need a gradient (CLIP, Qwen3's query-doc
+      block; not LiT) takes the tiled gradient and multiplies each coefficient slab
+      into both towers (``c @ y`` and ``c^T @ x``, cuBLAS), instead of a pass per
+      tower that recomputes the similarities. Its tiles are ``bwd_*`` where
+      ``bwd_tiled``, else the tiled gradient's defaults (64 x 128, 4 warps, as many
+      stages as fit). It costs a slab (rows x batch, input dtype) and an fp32
+      accumulator for the columns' gradient, so it runs faster with taller slabs:
+      on in the defaults where the gradient is tiled (16-bit, d_pad > 512), and the
+      way to trade memory for speed at d = 512 (raise ``slab_kib`` with it; README,
+      "Trading memory for speed").
     slab_kib: memory budget of one slab's buffers (KiB) for the tiled passes.
     min_slab_rows: the tiled gradient's coefficient slabs keep at least this many
       rows whatever ``slab_kib`` says (a thinner slab starves its XLA dot: at
@@ -176,6 +180,17 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   return cfg
 
 
+def paired_config(cfg: KernelConfig, d: int, itemsize: int,
+                  smem_kib: int | None = None) -> KernelConfig:
+  """The config of a ``bwd_pair`` gradient: ``cfg`` where its gradient is tiled, else
+  with the tiled gradient's tiles (as ``fit_smem`` picks them) in place of the
+  FlashAttention-shaped ones, on cfg's feature chunk (at most 64, 32 for fp32)."""
+  if cfg.bwd_tiled:
+    return cfg
+  chunk = min(cfg.bwd_block_d, 64 if itemsize < 4 else 32)
+  return _tiled(cfg, "bwd", chunk, d, itemsize, ((smem_kib or 227) - 8) * 2**10)
+
+
 def ladder_chunk(dims, block: int) -> int:
   """The feature chunk the kernels walk a Matryoshka ladder in: ``block``, or where a
   dim is no multiple of it the largest power of two dividing every dim (at least 16;
@@ -238,7 +253,11 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     its fp32 accumulator allows in registers: 128 x 64 with 4 warps at d_pad <= 128,
     64 x 64 with 4 warps at 256, 64 x 64 with 8 warps at 512 (the 64 x 512
     accumulator is 128 registers a thread); above, the accumulator no longer fits
-    and the gradient is tiled (coefficient slabs times cuBLAS).
+    and the gradient is tiled (coefficient slabs times cuBLAS) and paired
+    (``bwd_pair``: CLIP B = 32768 D = 1024 25.0 -> 21.6 ms, 0.36 -> 0.49 GiB for the
+    columns' fp32 accumulator). At d_pad = 512 ``bwd_pair`` with taller slabs is
+    faster still but costs memory, so it is left to the user (CLIP B = 65536: 53.9 ms,
+    0.25 GiB; 2048-row slabs 44.9 ms, 0.74 GiB; README, "Trading memory for speed").
   - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
     second row sweep for the columns) and half-height tiles.
   - Matryoshka runs one plain block per dim (``matryoshka_per_dim``), each with the
@@ -275,6 +294,7 @@ def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
         _cfg((128, 128, 4, 3), (64, 64, 8, 2), **tiled, fwd_one_sided_warps=8)
   if not wide:
     return _cfg((128, 128, 4, 3), (64, 128, 4, 4),
-                **dict(tiled, bwd_block_d=64, fwd_col_pass=False), bwd_tiled=True)
+                **dict(tiled, bwd_block_d=64, fwd_col_pass=False), bwd_tiled=True,
+                bwd_pair=True)
   chunked = dict(fwd_block_d=64, bwd_block_d=64, bwd_block_do=128, fwd_col_pass=True)
   return _cfg((64, 64, 8, 3), (64, 64, 8, 3), **chunked)

@@ -89,7 +89,9 @@ def kernel_path_config(path, d, dtype):
   "tiled" (tiled forward and gradient, a pass per tower) or "tiled_paired" (both
   towers' gradients from one set of coefficient slabs where both are needed),
   with tiles small enough that batches of a few dozen rows span several tiles and,
-  tiled, several slabs."""
+  tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
+  its own default tiles where both towers train, FlashAttention-shaped elsewhere;
+  64-row slabs)."""
   cfg = default_config(d, dtype, interpret=True)
   return dataclasses.replace(cfg, **{
       "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
@@ -102,6 +104,7 @@ def kernel_path_config(path, d, dtype):
       "tiled_paired": dict(fwd_tiled=True, bwd_tiled=True, bwd_pair=True, fwd_block_m=32,
                            fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,
                            bwd_block_d=32, slab_kib=1, min_slab_rows=1),
+      "paired": dict(bwd_pair=True, slab_kib=1, min_slab_rows=1),
   }[path])
 
 

@@ -125,7 +125,7 @@ def test_stable_factor(backend):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
 
 
-@pytest.mark.parametrize("path", ["partials", "col_pass", "tiled", "tiled_paired"])
+@pytest.mark.parametrize("path", ["partials", "col_pass", "tiled", "tiled_paired", "paired"])
 @pytest.mark.parametrize("loss", list(LOSSES))
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("b,d", [(1, 16), (150, 40)])
@@ -133,7 +133,8 @@ def test_kernel_paths(path, loss, dtype, b, d):
   # Column log-normalizers from per-program partials, from a second row pass over the
   # swapped block, or from tiled slabs (row and column partials of each GEMM tile,
   # and a gradient from coefficient slabs times an XLA dot, both towers' from the
-  # same slabs or each from its own): the same numbers.
+  # same slabs or each from its own; or paired slabs under the FlashAttention-shaped
+  # defaults): the same numbers.
   fn, ref = LOSSES[loss]
   x, y = features(11 + b, [(b, d), (b, d)], dtype)
   cfg = kernel_path_config(path, d, dtype)

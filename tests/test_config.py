@@ -7,8 +7,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+import memeff_jax as mj
 from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
-                               smem_bytes)
+                               paired_config, smem_bytes)
 from memeff_jax.kernels import launch
 from tests._check import jaxpr_eqns
 
@@ -114,3 +115,40 @@ def test_matryoshka_per_dim_defaults(d, dtype):
   assert default_config(d, dtype, smem_kib=99).matryoshka_per_dim == want
   assert not default_config(d, dtype, interpret=True).matryoshka_per_dim
   assert not KernelConfig().matryoshka_per_dim
+
+
+@pytest.mark.parametrize("smem_kib", [None, 227, 99])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", [40, 512, 1152])
+def test_paired_config(d, dtype, smem_kib):
+  # bwd_pair on a FlashAttention-shaped config gets the tiled gradient's tiles, on a
+  # chunk of at most 64 (fp32: 32) features, fitting the GPU's shared memory; a tiled
+  # config keeps its own. Paired in the defaults where the gradient is tiled (16-bit,
+  # d_pad > 512) and nowhere else.
+  itemsize = jnp.dtype(dtype).itemsize
+  cfg = dataclasses.replace(default_config(d, dtype), bwd_tiled=False, bwd_pair=True)
+  got = paired_config(cfg, d, itemsize, smem_kib)
+  assert got.bwd_tiled and (got.bwd_block_m, got.bwd_block_n) == (64, 128)
+  assert got.bwd_block_d == min(cfg.bwd_block_d, 64 if itemsize < 4 else 32)
+  assert smem_bytes(got, d, itemsize)[1] <= ((smem_kib or 227) - 8) * 2**10
+  tiled = dataclasses.replace(cfg, bwd_tiled=True)
+  assert paired_config(tiled, d, itemsize, smem_kib) == tiled
+  assert default_config(d, dtype).bwd_pair == (itemsize < 4 and d > 512)
+
+
+@pytest.mark.parametrize("family,paired", [("clip", True), ("lit", False), ("qwen3", True)])
+def test_bwd_pair_takes_tiled_gradient_where_both_towers_train(monkeypatch, family, paired):
+  # bwd_pair without bwd_tiled: a block whose two towers need a gradient goes to the
+  # paired tiled gradient, LiT's (one tower) stays FlashAttention-shaped.
+  calls = []
+  for name in ("_lse_bwd_tiled", "_lse_bwd_fa"):
+    real = getattr(launch, name)
+    monkeypatch.setattr(launch, name, lambda *a, _r=real, _n=name, **k: (
+        calls.append((_n, k.get("pair") is not None)), _r(*a, **k))[1])
+  fn = dict(clip=mj.clip_loss, lit=mj.lit_loss, qwen3=mj.qwen3_loss)[family]
+  cfg = dataclasses.replace(default_config(64, jnp.float32, interpret=True), bwd_pair=True)
+  x = jnp.zeros((8, 64), jnp.float32).at[:, 0].set(1.0)
+  jax.make_jaxpr(jax.grad(lambda a, b: fn(a, b, backend="interpret", config=cfg),
+                          argnums=(0, 1)))(x, x)
+  assert calls and all(c == (("_lse_bwd_tiled", True) if paired else ("_lse_bwd_fa", False))
+                       for c in calls), calls

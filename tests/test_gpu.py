@@ -282,18 +282,20 @@ def test_where_triton(family, path, dtype):
 
 
 @pytest.mark.parametrize("family", ["clip", "qwen3"])
-@pytest.mark.parametrize("b,d,dims", [(2085, 1152, None), (2085, 512, (64, 128, 256, 512)),
-                                      (700, 1152, (96, 384, 1152))])
+@pytest.mark.parametrize("b,d,dims,tiled", [(2085, 1152, None, True), (2085, 512, None, False),
+                                            (2085, 512, (64, 128, 256, 512), True),
+                                            (700, 1152, (96, 384, 1152), True)])
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
-def test_paired_gradient_triton(family, b, d, dims, dtype):
+def test_paired_gradient_triton(family, b, d, dims, tiled, dtype):
   # KernelConfig(bwd_pair=True): both towers' gradients from one set of coefficient
   # slabs (tiled gradient; Matryoshka's suffix sums in one block), against the float64
-  # reference.
+  # reference. tiled=False: bwd_pair on the FlashAttention-shaped defaults (the paired
+  # gradient's own tiles, paired_config).
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
                 dict(use_qq_negatives=True, margin=0.05))}[family]
-  cfg = dataclasses.replace(_cfg(d, dtype), bwd_tiled=True, bwd_pair=True,
+  cfg = dataclasses.replace(_cfg(d, dtype), bwd_tiled=tiled, bwd_pair=True,
                             matryoshka_per_dim=False)
   arrays = (qwen3_batch(b, b, d, 3, dtype) if family == "qwen3" else
             features(b + d, [(b, d), (b, d)], dtype))

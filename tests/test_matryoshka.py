@@ -125,13 +125,14 @@ def test_fp16_interpret(family):
   _check(family, "smoothing", "64", "interpret", dtype=jnp.float16, b=40)
 
 
-# tiled_paired only where both towers get a gradient (the LiT ones would repeat "tiled").
+# The paired paths only where both towers get a gradient (LiT would repeat another).
 @pytest.mark.parametrize("family,path", [(f, p) for f in FAMILIES for p in ("tiled", "default")] +
-                         [(f, "tiled_paired") for f in ("clip", "qwen3")])
+                         [(f, p) for f in ("clip", "qwen3") for p in ("tiled_paired", "paired")])
 def test_interpret_several_tiles_and_slabs(family, path):
   # Batches spanning several row and column tiles and, with 1 KiB slabs, several slabs;
   # the ladder (16, 72, 200) is padded to 16-feature chunks. tiled_paired: both towers'
-  # gradients from one set of coefficient slabs (suffix sums times x and y).
+  # gradients from one set of coefficient slabs (suffix sums times x and y); paired:
+  # the same from the FlashAttention-shaped defaults (bwd_pair alone).
   fn, ref, fam_kw = FAMILIES[family]
   b, (d, dims, weights) = 70, LADDERS["200"]
   cfg = mj.default_config(d, jnp.float32, interpret=True)

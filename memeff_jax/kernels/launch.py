@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from memeff_jax import _compat
-from memeff_jax.config import KernelConfig, default_config, ladder_chunk, matryoshka_config
+from memeff_jax.config import (KernelConfig, default_config, ladder_chunk, matryoshka_config,
+                               paired_config)
 from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.kernels.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 
@@ -138,10 +139,11 @@ def _slab_rows(n: int, block_m: int, row_bytes: int, config: KernelConfig,
                min_rows: int = 1) -> int:
   """Rows per slab of the tiled passes: a multiple of block_m whose per-slab buffers
   (row_bytes per row) fit config.slab_kib, at least min_rows, at most the (padded)
-  batch."""
+  batch; then evened out over the slabs that takes (n = 4100 in 2048-row slabs would
+  run a third slab of 4 rows padded to 2048; three slabs of 1408 rows pad 124)."""
   budget = config.slab_kib * 2**10 // max(row_bytes, 1) // block_m * block_m
-  rows = max(budget, _cdiv(min_rows, block_m) * block_m, block_m)
-  return min(rows, _cdiv(n, block_m) * block_m)
+  rows = min(max(budget, _cdiv(min_rows, block_m) * block_m, block_m), n)
+  return _cdiv(_cdiv(n, _cdiv(n, rows)), block_m) * block_m
 
 
 def _slab_loop(n: int, rows: int, body, init):
@@ -541,9 +543,8 @@ class TritonBackend:
     return (dx if prefix is None else prefix[2].unpad(dx)), cs
 
   def pairs(self, x, spec) -> bool:
-    """Whether ``bwd_pair`` serves this block: the tiled gradient with ``bwd_pair``."""
-    cfg = self._setup(spec, x, None, None)[0]
-    return cfg.bwd_pair and cfg.bwd_tiled
+    """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
+    return self._setup(spec, x, None, None)[0].bwd_pair
 
   def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
                out_dtype):
@@ -551,6 +552,8 @@ class TritonBackend:
     y (the transposed block): ``(dx, cs_x, dy, cs_y)``; ``want_cs`` and ``out_dtype``
     are pairs (x, y)."""
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+    smem = None if self.interpret else _device_smem_kib()
+    cfg = paired_config(cfg, x.shape[1], jnp.dtype(x.dtype).itemsize, smem)
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     dx, cs, dy, cs_col = lse_bwd(
