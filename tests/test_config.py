@@ -152,3 +152,18 @@ def test_bwd_pair_takes_tiled_gradient_where_both_towers_train(monkeypatch, fami
                           argnums=(0, 1)))(x, x)
   assert calls and all(c == (("_lse_bwd_tiled", True) if paired else ("_lse_bwd_fa", False))
                        for c in calls), calls
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 4100, 65536, 65537])
+@pytest.mark.parametrize("budget_rows,min_rows", [(2048, 1), (1, 512), (64, 1), (10**6, 1)])
+def test_slab_rows_even_out(n, budget_rows, min_rows):
+  # The slab height: a multiple of block_m, no taller than the budget (or min_rows),
+  # as few slabs as that height allows, and less than one block_m of padding a slab.
+  bm, row_bytes = 64, 1024
+  cfg = KernelConfig(slab_kib=budget_rows, min_slab_rows=min_rows)
+  rows = launch._slab_rows(n, bm, row_bytes, cfg, min_rows=min_rows)
+  cap = max(budget_rows // bm * bm, -(-min_rows // bm) * bm, bm)
+  slabs = -(-n // rows)
+  assert rows % bm == 0 and rows <= cap
+  assert slabs == -(-n // min(cap, n))
+  assert slabs * rows - n < slabs * bm
