@@ -51,8 +51,8 @@ class KernelConfig:
       stages as fit). It costs a slab (rows x batch, input dtype) and an fp32
       accumulator for the columns' gradient, so it runs faster with taller slabs:
       on in the defaults where the gradient is tiled (16-bit, d_pad > 512), and the
-      way to trade memory for speed at d = 512 (raise ``slab_kib`` with it; README,
-      "Trading memory for speed").
+      way to trade memory for speed at d = 512 (with ``min_slab_rows`` of 2048 or
+      more; README, "Trading memory for speed").
     slab_kib: memory budget of one slab's buffers (KiB) for the tiled passes.
     min_slab_rows: the tiled gradient's coefficient slabs keep at least this many
       rows whatever ``slab_kib`` says (a thinner slab starves its XLA dot: at
