@@ -43,8 +43,8 @@ class KernelConfig:
     bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.
-    bwd_pair: a block whose two towers both need a gradient (CLIP, Qwen3's query-doc
-      block; not LiT) takes the tiled gradient and multiplies each coefficient slab
+    bwd_pair: (Triton backend) a block whose two towers both need a gradient (CLIP,
+      Qwen3's query-doc block; not LiT) takes the tiled gradient and multiplies each coefficient slab
       into both towers (``c @ y`` and ``c^T @ x``, cuBLAS), instead of a pass per
       tower that recomputes the similarities. Its tiles are ``bwd_*`` where
       ``bwd_tiled``, else the tiled gradient's defaults (64 x 128, 4 warps, as many
