@@ -90,6 +90,18 @@ def test_options_low_precision(backend, dtype, option):
           temperature=t, dtype=dtype, **opts)
 
 
+def test_paired_fp16():
+  # fp16 coefficient slabs (the paired default for 16-bit at d_pad > 512) into both
+  # towers, with every option and several slabs, against the float64 reference.
+  b, d = 129, 72
+  opts = _options(OPTIONS["all"], b)
+  t = opts.pop("temperature", 0.07)
+  x, y = features(4, [(b, d), (b, d)], jnp.float16)
+  cfg = kernel_path_config("paired", d, jnp.float16)
+  compare(lambda *a, **k: clip_loss(*a, backend="interpret", config=cfg, **k),
+          reference.clip_loss, [x, y], temperature=t, dtype=jnp.float16, **opts)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_lit_image_gradient_is_exactly_zero(backend):
   x, y = features(0, [(33, 24), (33, 24)], jnp.float32)
