@@ -108,7 +108,8 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
 @pytest.mark.parametrize("loss,d", [("clip", 128), ("clip", 512), ("qwen3", 512),
                                     ("clip", 1024)])
 def test_deterministic(loss, d):
-  # d <= 512: tiled forward, FlashAttention-shaped gradient; d = 1024: both tiled.
+  # d <= 512: tiled forward, FlashAttention-shaped gradient; d = 1024: both tiled, the
+  # gradient paired (three coefficient slabs at this batch).
   b = 8192 + 37
   x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
   fn = {"clip": lambda x, y: mj.clip_loss(x, y, backend="triton", deterministic=True),
@@ -303,3 +304,19 @@ def test_paired_gradient_triton(family, b, d, dims, tiled, dtype):
       lambda *a, **k: reference.matryoshka_fused_with_stats(ref, *a, dims=dims, **kw, **k)[0])
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims, **kw, **k),
           ref_fn, arrays, dtype=dtype, tau_plus=0.05, label_smoothing=0.1)
+
+
+@pytest.mark.parametrize("family", ["clip", "qwen3"])
+@pytest.mark.parametrize("d", [512, 1152])
+def test_paired_fp16_triton(family, d):
+  # fp16 coefficient slabs into both towers: the default at d = 1152, bwd_pair on the
+  # FlashAttention-shaped defaults at d = 512; every option, against the float64 reference.
+  fn, ref, kw = {
+      "clip": (mj.clip_loss, reference.clip_loss, {}),
+      "qwen3": (mj.qwen3_loss, reference.qwen3_loss, dict(use_qq_negatives=True))}[family]
+  b = 2085
+  cfg = dataclasses.replace(default_config(d, jnp.float16), bwd_pair=True)
+  arrays = features(b + d + 1, [(b, d), (b, d)], jnp.float16)
+  compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, **kw, **k),
+          lambda *a, **k: ref(*a, **kw, **k), arrays, dtype=jnp.float16, tau_plus=0.05,
+          label_smoothing=0.1, lse_square_scale=1e-3)
