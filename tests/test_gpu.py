@@ -310,7 +310,8 @@ def test_paired_gradient_triton(family, b, d, dims, tiled, dtype):
 @pytest.mark.parametrize("d", [512, 1152])
 def test_paired_fp16_triton(family, d):
   # fp16 coefficient slabs into both towers: the default at d = 1152, bwd_pair on the
-  # FlashAttention-shaped defaults at d = 512; every option, against the float64 reference.
+  # FlashAttention-shaped defaults at d = 512; debiased, smoothed, with z-loss, against the
+  # float64 reference.
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss, {}),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss, dict(use_qq_negatives=True))}[family]
