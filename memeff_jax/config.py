@@ -44,9 +44,9 @@ class KernelConfig:
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.
     bwd_pair: (Triton backend) a block whose two towers both need a gradient (CLIP,
-      Qwen3's query-doc block; not LiT) takes the tiled gradient and multiplies each coefficient slab
-      into both towers (``c @ y`` and ``c^T @ x``, cuBLAS), instead of a pass per
-      tower that recomputes the similarities. Its tiles are ``bwd_*`` where
+      Qwen3's query-doc block; not LiT) takes the tiled gradient and multiplies each
+      coefficient slab into both towers (``c @ y`` and ``c^T @ x``, cuBLAS), instead
+      of a pass per tower that recomputes the similarities. Its tiles are ``bwd_*`` where
       ``bwd_tiled``, else the tiled gradient's defaults (64 x 128, 4 warps, as many
       stages as fit). It costs a slab (rows x batch, input dtype) and an fp32
       accumulator for the columns' gradient, so it runs faster with taller slabs:
@@ -165,12 +165,18 @@ def _tiled(cfg: KernelConfig, pass_: str, bk: int, d: int, itemsize: int,
   return cfg
 
 
+def _smem_limit(smem_kib: int | None) -> int:
+  """Bytes of shared memory a launch may use: ``smem_kib`` (None: the H100's 227 KiB)
+  less 8 KiB kept free for Triton's scratch."""
+  return ((227 if smem_kib is None else smem_kib) - 8) * 2**10
+
+
 def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
   """``cfg``, with the forward and/or gradient switched to tiled kernels (whose chunked
   tiles need far less shared memory) where a launch would exceed ``smem_kib``
   (8 KiB kept free for Triton's scratch). An H100/H200 (227 KiB) never needs it; an
   A100 (163 KiB) or a consumer GPU (99 KiB) can. Not measured on those GPUs."""
-  limit = (smem_kib - 8) * 2**10
+  limit = _smem_limit(smem_kib)
   fwd, bwd = smem_bytes(cfg, d, itemsize)
   bk = 64 if itemsize < 4 else 32
   if fwd > limit:
@@ -188,7 +194,7 @@ def paired_config(cfg: KernelConfig, d: int, itemsize: int,
   if cfg.bwd_tiled:
     return cfg
   chunk = min(cfg.bwd_block_d, 64 if itemsize < 4 else 32)
-  return _tiled(cfg, "bwd", chunk, d, itemsize, ((smem_kib or 227) - 8) * 2**10)
+  return _tiled(cfg, "bwd", chunk, d, itemsize, _smem_limit(smem_kib))
 
 
 def ladder_chunk(dims, block: int) -> int:
@@ -229,7 +235,7 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
         fwd_one_sided_warps=None, fwd_num_stages=3, bwd_tiled=not fa,
         bwd_block_m=32 if fa else 64, bwd_block_n=64,
         bwd_block_d=bk, bwd_num_warps=8, bwd_num_stages=3)
-  limit = ((smem_kib or 227) - 8) * 2**10
+  limit = _smem_limit(smem_kib)
   for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
     if switch:
       chunk = min(bk, getattr(cfg, f"{pass_}_block_d"))

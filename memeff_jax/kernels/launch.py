@@ -505,22 +505,25 @@ class TritonBackend:
   def name(self) -> str:
     return "interpret" if self.interpret else "triton"
 
+  def _smem_kib(self) -> int | None:
+    """The GPU's shared memory a block (KiB) the configs are fitted to; None (the
+    H100's) for the interpreter."""
+    return None if self.interpret else _device_smem_kib()
+
   def default_config(self, d: int, dtype) -> KernelConfig:
     """The config a block of feature size ``d`` gets with ``config=None``."""
-    smem = None if self.interpret else _device_smem_kib()
-    return default_config(d, dtype, interpret=self.interpret, smem_kib=smem)
+    return default_config(d, dtype, interpret=self.interpret, smem_kib=self._smem_kib())
 
   def _setup(self, spec, x, x_tab, y_tab):
     """(config, prefix or None): Matryoshka's config from ``matryoshka_config``."""
     d, dtype = x.shape[1], x.dtype
-    smem = None if self.interpret else _device_smem_kib()
     default = self.default_config(d, dtype)
     cfg = spec.config if spec.config is not None else default
     if spec.dims is None:
       return cfg, None
     # The default config, whichever its matryoshka_per_dim, gets Matryoshka's tiles.
     own = dataclasses.replace(cfg, matryoshka_per_dim=default.matryoshka_per_dim) != default
-    cfg = matryoshka_config(cfg, spec.dims, jnp.dtype(dtype).itemsize, smem,
+    cfg = matryoshka_config(cfg, spec.dims, jnp.dtype(dtype).itemsize, self._smem_kib(),
                             retile=not own and not self.interpret, interpret=self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
@@ -552,8 +555,7 @@ class TritonBackend:
     y (the transposed block): ``(dx, cs_x, dy, cs_y)``; ``want_cs`` and ``out_dtype``
     are pairs (x, y)."""
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
-    smem = None if self.interpret else _device_smem_kib()
-    cfg = paired_config(cfg, x.shape[1], jnp.dtype(x.dtype).itemsize, smem)
+    cfg = paired_config(cfg, x.shape[1], jnp.dtype(x.dtype).itemsize, self._smem_kib())
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     dx, cs, dy, cs_col = lse_bwd(
