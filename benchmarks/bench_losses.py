@@ -69,17 +69,18 @@ def _with_ladder(fn, kw, d):
     return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
   if kw.get("matryoshka_dims") == "ladder":
     kw["matryoshka_dims"] = ladder(d)
-  if kw.pop("one_block", None):   # Matryoshka in one block (default tiles unless given)
-    def one(*a, config=None, **k):
+  # Config overrides, on top of the default config unless one is given: Matryoshka in
+  # one block (one_block), the paired gradient with taller slabs (slab_rows).
+  tune = {}
+  if kw.pop("one_block", None):
+    tune["matryoshka_per_dim"] = False
+  if (rows := kw.pop("slab_rows", None)):
+    tune.update(bwd_pair=True, min_slab_rows=rows)
+  if tune:
+    def tuned(*a, config=None, **k):
       base = config or mj.default_config(d, a[0].dtype)
-      return fn(*a, **k, **kw, config=dataclasses.replace(base, matryoshka_per_dim=False))
-    return one
-  if (rows := kw.pop("slab_rows", None)):   # on top of the default config unless given
-    def slab(*a, config=None, **k):
-      base = config or mj.default_config(d, a[0].dtype)
-      return fn(*a, **k, **kw, config=dataclasses.replace(base, bwd_pair=True,
-                                                          min_slab_rows=rows))
-    return slab
+      return fn(*a, **k, **kw, config=dataclasses.replace(base, **tune))
+    return tuned
   if kw.pop("where", None) == "tenth":
     kept = lambda b: jnp.arange(b) < b - b // 10
     return lambda *a, **k: fn(*a, **k, **kw, where=kept(a[0].shape[0]))
