@@ -57,6 +57,12 @@ for _name in ("clip", "lit", "qwen3", "qwen3_qqdd"):
   for _rows in (2048, 4096):
     LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)
 
+# The exact forward (fwd_bounded=False: maxima-shifted statistics) against the default
+# bounded one, side by side.
+for _name in ("clip", "lit", "qwen3"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  LOSSES[f"{_name}_exact"] = (_fn, _ref, _n, _arg, dict(_kw, exact=True), _g)
+
 
 def ladder(d):
   return (d // 8, d // 4, d // 2, d)
@@ -70,10 +76,13 @@ def _with_ladder(fn, kw, d):
   if kw.get("matryoshka_dims") == "ladder":
     kw["matryoshka_dims"] = ladder(d)
   # Config overrides, on top of the default config unless one is given: Matryoshka in
-  # one block (one_block), the paired gradient with taller slabs (slab_rows).
+  # one block (one_block), the paired gradient with taller slabs (slab_rows), the exact
+  # forward (exact).
   tune = {}
   if kw.pop("one_block", None):
     tune["matryoshka_per_dim"] = False
+  if kw.pop("exact", None):
+    tune["fwd_bounded"] = False
   if (rows := kw.pop("slab_rows", None)):
     tune.update(bwd_pair=True, min_slab_rows=rows)
   if tune:

@@ -40,7 +40,8 @@ def forward(x, y, k, segs, bm, bn, warps, stages, two_sided=True, tables=True):
   return do_bench(lambda: _tile_lse_fwd_kernel[(B // bm, col_tiles)](
       *args, D=D, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, NUM_K=D // 64, ROW_THR=False,
       EXCLUDE_SELF=True, TWO_SIDED=two_sided, PRECISION="tf32", K=k, SEGS=segs, HAS_TAB=tables,
-      HAS_MASK=False, num_warps=warps, num_stages=stages), warmup=5, rep=40)
+      HAS_MASK=False, BOUNDED=False, WANT_MAX=True, num_warps=warps, num_stages=stages),
+      warmup=5, rep=40)
 
 
 def gradient(x, y, k, segs, bm, bn, warps, stages, tables=True, shared=True):

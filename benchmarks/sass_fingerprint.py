@@ -83,14 +83,14 @@ def variants():
              [f"*{dt}"] * 2 + TILE_FWD_ARGS,
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), ROW_THR=thr,
                   EXCLUDE_SELF=excl, TWO_SIDED=two, PRECISION="tf32", K=1, SEGS=-(-d // bk),
-                  HAS_TAB=False, HAS_MASK=two), w, st)
+                  HAS_TAB=False, HAS_MASK=two, BOUNDED=False, WANT_MAX=True), w, st)
   # Matryoshka, dims (64, 128, 256, 512): one feature walk, an epilogue per dim.
   for thr, two in itertools.product(flags, flags):
     yield (f"mrl tile fwd bf16 512 thr={thr} two={two}", _tile_lse_fwd_kernel,
            ["*bf16"] * 2 + TILE_FWD_ARGS,
            dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_K=8, ROW_THR=thr,
                 EXCLUDE_SELF=True, TWO_SIDED=two, PRECISION="tf32", K=4, SEGS=MRL_SEGS,
-                HAS_TAB=True, HAS_MASK=False), 4, 3)
+                HAS_TAB=True, HAS_MASK=False, BOUNDED=False, WANT_MAX=True), 4, 3)
   for dt, d, (bm, bn, w, st), num_d, block_do in [
       ("bf16", 512, (64, 64, 8, 2), 1, 512), ("bf16", 128, (128, 64, 8, 3), 1, 128),
       ("fp32", 1152, (64, 64, 8, 3), 18, 128)]:

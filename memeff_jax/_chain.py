@@ -12,6 +12,7 @@ each option is written once (docs/math.md §3, §7, §8).
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import functools
 import inspect
@@ -27,6 +28,9 @@ from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize
                                poison_flag, ring_size, softmax_terms, stable_scale, taint)
 
 _P = ParamSpec("_P")
+# Set (at trace time) while a loss function (``value_only``) runs its ``*_with_stats``
+# twin: the stats are thrown away, so the kernels skip the in-batch accuracy's maxima.
+_LOSS_ONLY = contextvars.ContextVar("memeff_jax_loss_only", default=False)
 # Keywords every loss takes, in signature order; families add their own (margin, ...).
 SHARED = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
           "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "where", "axis_name",
@@ -190,8 +194,10 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   batch = n * ring_size(axis_name)
   if mask is not None:   # the global batch is the rows kept (traced)
     batch = global_sum(jnp.sum(mask, dtype=acc), axis_name)
+  want_max = not _LOSS_ONLY.get()
   ctx = Ctx(scale=as_scale(temperature, acc), batch=batch, dims=dims, axis_name=axis_name,
-            spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name, config=config),
+            spec=functools.partial(BlockSpec, backend=be, axis_name=axis_name, config=config,
+                                   want_max=want_max),
             mask=mask)
   head = family.head(ctx, towers, **own)
   late = None
@@ -218,8 +224,10 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   loss = poison(loss, late, raw + list(hyper.values()), axis_name)
   loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
-  # In-batch top-1: the positive beats every kept negative (from the kernels' maxima).
-  accuracy = [unk(ctx.row_sum((pos_logit > lax.stop_gradient(mx)).astype(jnp.float32)) /
+  # In-batch top-1: the positive beats every kept negative (from the kernels' maxima;
+  # a loss function's call has none and drops the stats).
+  accuracy = [None if mx is None else
+              unk(ctx.row_sum((pos_logit > lax.stop_gradient(mx)).astype(jnp.float32)) /
                   ctx.batch).astype(jnp.float32) for mx in head.max_neg]
   # Removed rows report lse 0.
   lse_stat = lambda lse: unk(lse if mask is None else jnp.where(mask, lse, 0.0))
@@ -248,7 +256,11 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
 
   @functools.wraps(with_stats)
   def loss(*args: _P.args, **kwargs: _P.kwargs) -> jax.Array:
-    return with_stats(*args, **kwargs)[0]
+    token = _LOSS_ONLY.set(True)
+    try:
+      return with_stats(*args, **kwargs)[0]
+    finally:
+      _LOSS_ONLY.reset(token)
 
   loss.__name__ = loss.__qualname__ = name
   loss.__doc__ = doc

@@ -10,7 +10,8 @@ of a similarity block, over its rows and optionally its columns.
                                        or column is in no softmax)
     lse_row_i = log sum_j keep_ij exp(z_ij)          [n]   ([K, n] with dims)
     lse_col_j = log sum_i keep_ij exp(z_ij)          [m]   (two_sided only)
-    max_row_i = max_j keep_ij z_ij, max_col_j alike  (no gradient: in-batch accuracy)
+    max_row_i = max_j keep_ij z_ij, max_col_j alike  (no gradient: in-batch accuracy;
+                                                      None unless spec.want_max)
 
 ``symmetric`` blocks pass ``y=None`` and mean y = x (the q-q and d-d blocks): one
 gradient pass then folds both softmax roles of each pair. With ``axis_name`` the
@@ -53,6 +54,7 @@ class BlockSpec:
   dims: tuple[int, ...] | None = None   # prefix (Matryoshka) dims
   axis_name: Hashable | None = None     # ring axis (inside shard_map)
   config: KernelConfig | None = None
+  want_max: bool = True             # the maxima (in-batch accuracy); False: they are None
 
   def __post_init__(self):
     if self.two_sided and self.symmetric:
@@ -73,8 +75,8 @@ def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_
               spec: BlockSpec):
   """``(lse_row, lse_col, max_row, max_col)`` of the block: the log-normalizers and the
   largest kept logit ``max_j keep_ij z_ij`` of each row and column (-inf if none; no
-  gradient, it feeds the in-batch accuracy); the column ones are None unless
-  ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row masks, both or
+  gradient, it feeds the in-batch accuracy; None unless ``spec.want_max``); the column
+  ones are None unless ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row masks, both or
   neither (a symmetric block takes ``x_mask`` only)."""
   if (spec.dims is None) != (x_tab is None):
     raise ValueError("prefix dims and inverse-norm tables go together")

@@ -45,6 +45,9 @@ class _FirstOrderOnly:
   def pairs(self, x, spec) -> bool:
     return self.inner.pairs(x, spec)
 
+  def fwd_floor(self, x, scale, spec):
+    return self.inner.fwd_floor(x, scale, spec)
+
   def default_config(self, d: int, dtype):
     return self.inner.default_config(d, dtype)
 

@@ -88,7 +88,13 @@ class BlockwiseBackend:
     """The config with ``config=None`` (its ``blockwise_tile``; Matryoshka in one block)."""
     return KernelConfig()
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
+  def fwd_floor(self, x, scale, spec):   # pylint: disable=unused-argument
+    """None: the blockwise forward is exact only (``ring.forward``)."""
+    return None
+
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
+                bounded=False):
+    assert not bounded, "the blockwise forward is exact only"
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(_config(spec).blockwise_tile, m)
     row_thr = _k(row_thr, dims)

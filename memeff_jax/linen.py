@@ -106,8 +106,10 @@ class _LossModule(nn.Module):
     """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
     return temperature_from_log_scale(self.logit_scale, self.max_logit_scale)
 
-  def _stats(self, *arrays, tau_plus, where=None) -> tuple[jax.Array, Any]:
-    fn = getattr(memeff_jax, self._function + "_with_stats")
+  def _stats(self, *arrays, tau_plus, where=None, stats=True) -> Any:
+    """``(loss, stats)``, or (``stats=False``) the loss alone: the loss function,
+    which skips the in-batch accuracy's work."""
+    fn = getattr(memeff_jax, self._function + ("_with_stats" if stats else ""))
     options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in _NOT_OPTIONS}
     return call_loss(fn, arrays, temperature=self.current_temperature(), options=options,
@@ -129,7 +131,7 @@ class CLIPLoss(_LossModule):
                tau_plus: ArrayLike | None = None,
                where: ArrayLike | None = None) -> jax.Array:
     """The loss of ``[batch, d]`` image and text features: a float32 scalar."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where)[0]
+    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where, stats=False)
 
   def with_stats(self, image_features: ArrayLike, text_features: ArrayLike, *,
                  tau_plus: ArrayLike | None = None,
@@ -151,7 +153,7 @@ class LiTLoss(_LossModule):
                tau_plus: ArrayLike | None = None,
                where: ArrayLike | None = None) -> jax.Array:
     """The loss of ``[batch, d]`` text (trained) and image (locked) features."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where)[0]
+    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where, stats=False)
 
   def with_stats(self, text_features: ArrayLike, image_features: ArrayLike, *,
                  tau_plus: ArrayLike | None = None,
@@ -171,7 +173,7 @@ class _Qwen3Module(_LossModule):
     """The loss of ``[batch, d]`` queries and documents and optional ``[batch, k, d]``
     hard negatives: a float32 scalar."""
     return self._stats(query_features, doc_features, hard_negatives,
-                       tau_plus=tau_plus, where=where)[0]
+                       tau_plus=tau_plus, where=where, stats=False)
 
   def with_stats(self, query_features: ArrayLike, doc_features: ArrayLike,
                  hard_negatives: ArrayLike | None = None, *,

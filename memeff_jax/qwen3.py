@@ -42,7 +42,8 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
     parts.append((masked_lse(z_h, keep), jnp.max(jnp.where(keep, z_h, -jnp.inf), axis=-1)))
   lses, maxes = zip(*parts)
   lse_neg = lses[0] if len(parts) == 1 else masked_lse(jnp.stack(lses), True, axis=0)
-  max_neg = functools.reduce(jnp.maximum, maxes)
+  loss_only = any(mx is None for mx in maxes)   # a loss function: no maxima
+  max_neg = None if loss_only else functools.reduce(jnp.maximum, maxes)
 
   def cross():   # A = <S_q, S_d> + qq (|S_q|^2 - sum |q|^2) + dd (...) + sum s_h
     sum_q, sum_d = ctx.tower_sum(q), ctx.tower_sum(d)

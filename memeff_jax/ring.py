@@ -55,8 +55,30 @@ def _masks(x_mask, y_mask):
 
 def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
   """``(lse_row, lse_col, max_row, max_col)`` of this device's rows / columns over the
-  whole ring (the column ones None unless two-sided). The ``where`` masks of the
-  columns (y_mask) travel with their block."""
+  whole ring (the column ones None unless two-sided, the maxima None unless
+  ``spec.want_max``). The ``where`` masks of the columns (y_mask) travel with their
+  block.
+
+  Where the backend has a bounded forward (``fwd_floor``), the lap runs it, and reruns
+  exactly if any kept row's or column's lse (over the whole ring) is below the floor
+  or not finite; every device takes the same branch."""
+  floor = spec.backend.fwd_floor(x, scale, spec)
+  lap = functools.partial(_forward, spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
+  if floor is None:
+    return lap(bounded=False)
+  out = lap(bounded=True)
+  ok = jnp.ones((), bool)
+  for lse, keep in ((out[0], x_mask), (out[1], x_mask if spec.symmetric else y_mask)):
+    if lse is not None:
+      good = (lse >= floor) & (lse < jnp.inf)
+      ok = ok & jnp.all(good if keep is None else good | ~keep)
+  if spec.axis_name is not None:
+    ok = lax.pmin(ok.astype(jnp.int32), spec.axis_name) > 0
+  return lax.cond(ok, lambda: out, lambda: lap(bounded=False))
+
+
+def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounded):
+  """``forward``'s lap, with the backend's bounded or exact statistics."""
   be, axis = spec.backend, spec.axis_name
   if spec.symmetric:
     y, y_tab, y_mask = x, x_tab, x_mask
@@ -66,26 +88,36 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
   def hop(h, y_vis, yt_vis, ym_vis):
     src = (me - h) % size
     return be.fwd_stats(x, y_vis, scale, row_thr=row_thr, x_tab=x_tab, y_tab=yt_vis,
-                        masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec)
+                        masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
+                        bounded=bounded)
 
   if size == 1:
-    return hop(0, y, y_tab, y_mask)
+    return _drop_max(spec, hop(0, y, y_tab, y_mask))
 
   def step(h, carry, send):
     y_vis, yt_vis, ym_vis, lse_row, lse_col, max_row, max_col = carry
     travel = (y_vis, yt_vis, ym_vis)
     y_next, yt_next, ym_next = shift(travel) if send else travel
-    r, c, r_max, c_max = hop(h, y_vis, yt_vis, ym_vis)
-    lse_row, max_row = log_add_exp(lse_row, r), jnp.maximum(max_row, r_max)
+    r, c, r_max, c_max = _drop_max(spec, hop(h, y_vis, yt_vis, ym_vis))
+    lse_row = log_add_exp(lse_row, r)
+    if spec.want_max:
+      max_row = jnp.maximum(max_row, r_max)
     if spec.two_sided:   # the column partials ride with their block and arrive home
-      lse_col, max_col = shift((log_add_exp(lse_col, c), jnp.maximum(max_col, c_max)))
+      lse_col, max_col = shift((log_add_exp(lse_col, c),
+                                jnp.maximum(max_col, c_max) if spec.want_max else None))
     return y_next, yt_next, ym_next, lse_row, lse_col, max_row, max_col
 
   k = () if spec.dims is None else (len(spec.dims),)
   full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, glue_dtype(x.dtype)), axis)
   cols = full(m) if spec.two_sided else None
-  init = (y, y_tab, y_mask, full(n), cols, full(n), cols)
+  maxima = (full(n), cols) if spec.want_max else (None, None)
+  init = (y, y_tab, y_mask, full(n), cols) + maxima
   return _lap(size, step, init)[3:]
+
+
+def _drop_max(spec, stats):
+  """A backend's statistics with the maxima None unless ``spec.want_max``."""
+  return stats if spec.want_max else (*stats[:2], None, None)
 
 
 def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, col):

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import pytest
 
 import memeff_jax as mj
+from memeff_jax import classes
 from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
                                paired_config, smem_bytes)
 from memeff_jax.kernels import launch
@@ -82,11 +83,13 @@ def test_one_sided_warps(d):
   assert default_config(d, jnp.float32).fwd_one_sided_warps is None
 
 
+@pytest.mark.parametrize("bounded,want_max", [(False, True), (True, True), (True, False)])
 @pytest.mark.parametrize("two_sided", [False, True])
 @pytest.mark.parametrize("dims", [None, (32, 64)])
-def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims):
-  # One slab's kernel outputs (the log-sum-exp and the max partials of every tile, per
-  # dim) stay within slab_kib, and use at least half of it.
+def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims, bounded, want_max):
+  # One slab's kernel outputs (the log-sum-exp or sum partials of every tile, per dim,
+  # and the max partials unless bounded without them) stay within slab_kib, and use at
+  # least half of it.
   n, d, kib = 2048, 64, 256
   cfg = KernelConfig(fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=32,
                      slab_kib=kib, min_slab_rows=1)
@@ -97,7 +100,7 @@ def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims):
     prefix = (tab, tab, launch.Ladder.of(dims, 32))
   jaxpr = jax.make_jaxpr(lambda a, b: launch.lse_fwd(
       a, b, jnp.float32(1.0), None, (0, 0), two_sided=two_sided, exclude_self=False,
-      config=cfg, interpret=True, prefix=prefix))(x, x)
+      config=cfg, interpret=True, prefix=prefix, bounded=bounded, want_max=want_max))(x, x)
   # The interpreted kernel launches (one-sided: [1] placeholders not counted).
   launches = [sum(v.aval.size * v.aval.dtype.itemsize for v in e.outvars if v.aval.size > 1)
               for e in jaxpr_eqns(jaxpr.jaxpr) if e.primitive.name == "pure_callback"]
@@ -167,3 +170,30 @@ def test_slab_rows_even_out(n, budget_rows, min_rows):
   assert rows % bm == 0 and rows <= cap
   assert slabs == -(-n // min(cap, n))
   assert slabs * rows - n < slabs * bm
+
+
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3"])
+def test_loss_functions_skip_the_maxima(monkeypatch, family):
+  # A loss function asks the kernels for no maxima (its stats are dropped; the tiled
+  # forward then runs bounded without them); the *_with_stats function asks for them.
+  # The loss is bitwise the same either way. memeff's class names call the loss function.
+  calls = []
+  real = launch.lse_fwd
+  monkeypatch.setattr(launch, "lse_fwd", lambda *a, **k: (
+      calls.append((k.get("bounded", False), k.get("want_max", True))), real(*a, **k))[1])
+  fn = dict(clip=mj.clip_loss, lit=mj.lit_loss, qwen3=mj.qwen3_loss)[family]
+  stats_fn = getattr(mj, f"{fn.__name__}_with_stats")
+  cfg = dataclasses.replace(default_config(16, jnp.float32, interpret=True), fwd_tiled=True)
+  x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
+  loss = fn(x, y, backend="interpret", config=cfg)
+  # (the exact rerun is traced too: lax.cond)
+  assert set(calls) == {(True, False), (False, False)}, calls
+  calls.clear()
+  with_stats, stats = stats_fn(x, y, backend="interpret", config=cfg)
+  assert set(calls) == {(True, True), (False, True)} and stats.accuracy_row is not None, calls
+  assert float(loss) == float(with_stats)
+  calls.clear()
+  name = dict(clip="CLIP", lit="LiT", qwen3="Qwen3")[family]
+  wrapper = getattr(classes, f"MemoryEfficient{name}Loss")(backend="interpret")
+  assert float(wrapper(x, y)) == float(fn(x, y, backend="interpret"))
+  assert calls and all(not want for _, want in calls), calls

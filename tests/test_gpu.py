@@ -12,8 +12,10 @@ from jax.sharding import Mesh
 import memeff_jax as mj
 from memeff_jax import _core, reference
 from memeff_jax.config import default_config
+from memeff_jax.kernels import launch
 from tests._check import compare, features
 from tests.test_matryoshka import eager_ref
+from tests.test_numerics import BOUNDED_CASES, _block_lse64, _graded_rows
 from tests.test_qwen3 import batch as qwen3_batch
 
 pytestmark = pytest.mark.gpu
@@ -220,6 +222,26 @@ def test_matryoshka_one_device_ring_equals_plain(per_dim):
   for a, b in zip(got[1], want[1]):
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("rows,t,exact", BOUNDED_CASES)
+def test_bounded_forward_triton(rows, t, exact, dtype):
+  # tests/test_numerics.py's cases on the GPU, whose exp2 flushes subnormal terms to
+  # zero: the bounded sums alone are exact or not as the case says (asserted), and the
+  # losses match the float64 reference either way.
+  cos_lo, cos_hi, length = rows
+  x, y = (length * v.astype(dtype) for v in _graded_rows(7, 1500, 64, cos_lo, cos_hi))
+  cfg = dataclasses.replace(_cfg(64, dtype), fwd_tiled=True)
+  lse_r, lse_c, _, _ = launch.lse_fwd(x, y, jnp.float32(1 / t), None, (0, 0), two_sided=True,
+                                      exclude_self=True, config=cfg, interpret=False,
+                                      bounded=True, want_max=False)
+  ref_r, ref_c = _block_lse64(x.astype(jnp.float32), y.astype(jnp.float32), t)
+  close = lambda a, b: np.allclose(np.asarray(a, np.float64), b, rtol=1e-5, atol=1e-4)
+  assert (close(lse_r, ref_r) and close(lse_c, ref_c)) == exact
+  for fn, ref in [(mj.clip_loss, reference.clip_loss), (mj.lit_loss, reference.lit_loss)]:
+    compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, **k), ref, [x, y],
+            temperature=t, dtype=dtype, normalized_inputs=True)
 
 
 @pytest.mark.parametrize("d,dtype", [(72, jnp.float32), (512, jnp.bfloat16), (1152, jnp.bfloat16)])

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
+from memeff_jax.kernels import launch
 from memeff_jax.kernels.launch import SHARED_SPAN
-from tests._check import sampled
+from tests._check import kernel_path_config, sampled
 from tests._tolerances import grad_err
 
 BACKENDS = ["blockwise", "interpret"]
@@ -138,5 +139,40 @@ def test_gradient_shared_exponential(cos_lo, cos_hi, t, shared):
   assert (_lse_span(x, y, t) <= SHARED_SPAN) == shared, _lse_span(x, y, t)
   for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
     _check(lambda a, b: fn(a, b, temperature=t, backend="interpret", normalized_inputs=True),
+           lambda a, b: ref(a, b, temperature=t, normalized_inputs=True), [x, y],
+           val_rtol=1e-5, grad_tol=1e-4)
+
+
+def _block_lse64(x, y, t):
+  # Row and column log-sum-exps (natural units) over CLIP's negatives of s / t, float64.
+  z = np.asarray(x, np.float64) @ np.asarray(y, np.float64).T / t
+  np.fill_diagonal(z, -np.inf)
+  lse = lambda a: np.log(np.sum(np.exp(z - z.max(a, keepdims=True)), a)) + z.max(a)
+  return lse(1), lse(0)
+
+
+# (rows, t, exact): the tiled forward's bounded sums against one shift are exact for
+# ordinary rows; for rows whose every logit lies far below the scale they underflow
+# (cold), and rows longer than one (normalized_inputs=True, not unit) overflow: there
+# the exact forward reruns. The premise is asserted, so each case keeps its branch.
+BOUNDED_CASES = [((0.4, 0.8, 1.0), 0.07, True), ((-0.9, 0.9, 1.0), 0.005, False),
+                 ((0.4, 0.8, 3.0), 0.07, False)]
+
+
+@pytest.mark.parametrize("rows,t,exact", BOUNDED_CASES)
+def test_forward_bounded_shift(rows, t, exact):
+  cos_lo, cos_hi, length = rows
+  x, y = (length * v for v in _graded_rows(7, 48, 64, cos_lo, cos_hi))
+  cfg = kernel_path_config("tiled", 64, jnp.float32)
+  assert cfg.fwd_bounded
+  lse_r, lse_c, _, _ = launch.lse_fwd(x, y, jnp.float32(1 / t), None, (0, 0), two_sided=True,
+                                      exclude_self=True, config=cfg, interpret=True,
+                                      bounded=True, want_max=False)
+  ref_r, ref_c = _block_lse64(x, y, t)
+  close = lambda a, b: np.allclose(np.asarray(a, np.float64), b, rtol=1e-5)
+  assert (close(lse_r, ref_r) and close(lse_c, ref_c)) == exact
+  for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
+    _check(lambda a, b: fn(a, b, temperature=t, backend="interpret", normalized_inputs=True,
+                           config=cfg),
            lambda a, b: ref(a, b, temperature=t, normalized_inputs=True), [x, y],
            val_rtol=1e-5, grad_tol=1e-4)

@@ -2,6 +2,7 @@
 batch: values and gradients of every loss and option, with jax.grad taken outside
 shard_map (``sharded``) and inside it; per-device memory stays O(local batch)."""
 
+import functools
 import json
 import os
 import socket
@@ -15,6 +16,7 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
+from memeff_jax.kernels import launch
 from tests._check import kernel_path_config, sampled
 from tests._tolerances import grad_err, rel_err
 
@@ -131,6 +133,26 @@ def test_tiled_path_on_the_ring(case):
   got = jax.jit(jax.value_and_grad(g, argnums=tuple(range(len(arrays) + 1))))(
       *arrays, jnp.float32(0.07))
   _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
+
+
+def test_bounded_forward_reruns_on_every_device():
+  # At t = 0.005 some devices hold rows or columns below the bounded forward's floor and
+  # one does not (asserted): all four rerun the exact forward together (its ring's
+  # collectives must match), and the result is the one-device result.
+  t = 0.005
+  fn, arrays, kw = _setup("clip", "interpret")
+  kw["config"] = kernel_path_config("tiled", D, jnp.float32)
+  q, d = (np.asarray(a, np.float64) for a in arrays)
+  z = q @ d.T / t
+  np.fill_diagonal(z, -np.inf)
+  lse = lambda a: np.log(np.sum(np.exp(z - z.max(a, keepdims=True)), a)) + z.max(a)
+  low = (np.minimum(lse(0), lse(1)) < launch.fwd_floor(1 / t)).reshape(4, -1).any(axis=1)
+  assert low.any() and not low.all(), low
+  loss = mj.sharded(lambda *a, temperature, axis_name: fn(
+      *a, temperature=temperature, axis_name=axis_name, **kw), _mesh(4), "batch")
+  value_and_grad = lambda f: jax.jit(jax.value_and_grad(
+      lambda *a: f(*a[:-1], temperature=a[-1]), argnums=(0, 1, 2)))(*arrays, jnp.float32(t))
+  _assert_same(value_and_grad(loss), value_and_grad(functools.partial(fn, **kw)))
 
 
 def test_every_device_returns_the_global_loss():

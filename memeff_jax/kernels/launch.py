@@ -30,6 +30,13 @@ LN2 = 0.6931471805599453
 # gradient shares one exponential per entry between the two softmax roles (lse_bwd):
 # the terms that matter, P >= 2^-60, then stay normal floats (2^(z - t) >= 2^-124).
 SHARED_SPAN = 64.0
+# The bounded forward (KernelConfig.fwd_bounded) sums 2^(z - shift) with one shift per
+# block, shift = scale log2(e) - BOUND_HEADROOM: for |s| <= 1 no term passes 2^96, so
+# no sum of up to 2^30 terms overflows. Terms under 2^-126 flush to zero, at most
+# 2^-96 of them in all, so a sum >= 2^-BOUND_DEPTH is exact to fp32 rounding (2^-26):
+# ``fwd_floor`` turns that into a floor on the lse, which ring.forward checks.
+BOUND_HEADROOM = 96.0
+BOUND_DEPTH = 70.0
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -170,17 +177,21 @@ def _mask_args(masks):
 
 
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
-            prefix=None, masks=None):
+            prefix=None, masks=None, bounded=False, want_max=True):
   """Row (and column) log-sum-exp of the masked block and the largest kept logit of
   each row (column): ``(lse_row, lse_col, max_row, max_col)``, natural log units.
 
   prefix: Matryoshka ``(x_tab, y_tab, ladder)`` (features laid out by the ladder):
   the statistics are then [K, rows] (tiled kernel only). masks: ``where`` masks
-  ``(x rows, y rows)`` (bool), or None: a removed row or column is in no softmax."""
+  ``(x rows, y rows)`` (bool), or None: a removed row or column is in no softmax.
+  bounded (tiled kernel only): the bounded-shift sums, exact where the lse is at least
+  ``fwd_floor`` (the caller checks). want_max=False: the maxima are None (bounded: not
+  computed)."""
   if config.fwd_tiled or prefix is not None:
     return _lse_fwd_tiled(x, y, scale, row_thr, offsets, two_sided=two_sided,
                           exclude_self=exclude_self, config=config, interpret=interpret,
-                          prefix=prefix, masks=masks)
+                          prefix=prefix, masks=masks, bounded=bounded, want_max=want_max)
+  assert not bounded, "the bounded forward is tiled"
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
     lse_row, _, max_row, _ = lse_fwd(x, y, scale, row_thr, offsets, two_sided=False,
@@ -209,9 +220,17 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
       HAS_MASK=has_mask)
   lse_row = jax.nn.logsumexp(lse_row * LN2, axis=0)
   lse_col = jax.nn.logsumexp(lse_col * LN2, axis=0) if two_sided else None
+  if not want_max:
+    return lse_row, lse_col, None, None
   max_row = jnp.max(max_row, axis=0) * LN2
   max_col = jnp.max(max_col, axis=0) * LN2 if two_sided else None
   return lse_row, lse_col, max_row, max_col
+
+
+def fwd_floor(scale):
+  """The lse (natural log units) at and above which the bounded forward's statistics
+  are exact: its sum is then at least 2^-BOUND_DEPTH (see BOUND_HEADROOM)."""
+  return scale - (BOUND_HEADROOM + BOUND_DEPTH) * LN2
 
 
 def _prefix_args(prefix, num_k):
@@ -225,8 +244,10 @@ def _prefix_args(prefix, num_k):
 
 
 def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config,
-                   interpret, prefix, masks):
-  """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once."""
+                   interpret, prefix, masks, bounded, want_max):
+  """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once.
+  Exact: per-tile log-sum-exps merged by logsumexp; bounded: per-tile sums of
+  2^(z - shift), added up, then shift + log2(sum)."""
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd_block_m, config.fwd_block_n
   block_k, num_k = _chunks(d, config.fwd_block_d) if prefix is None else (
@@ -234,16 +255,27 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_k)
   xm, ym, has_mask = _mask_args(masks)
   col_tiles = _cdiv(m, bn)
-  # per row: the fp32 log-sum-exp and max partials of every column tile (and, two-sided,
-  # of every row tile's columns)
-  rows = _slab_rows(n, bm, 8 * k * (col_tiles + (_cdiv(m, bm) if two_sided else 0)), config)
+  maxima = want_max or not bounded   # the exact epilogue always stores them
+  # per row: the fp32 partials (log-sum-exps or sums, and maxima) of every column tile
+  # (and, two-sided, of every row tile's columns)
+  parts = (col_tiles + (_cdiv(m, bm) if two_sided else 0)) * (2 if maxima else 1)
+  rows = _slab_rows(n, bm, 4 * k * parts, config)
   f32 = jnp.float32
-  scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
+  scale2 = scale * LOG2E
+  shift = scale2 - BOUND_HEADROOM
+  scal = jnp.stack([scale2, shift]).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
-  out_shapes = [jax.ShapeDtypeStruct((k, col_tiles, rows), f32),
-                jax.ShapeDtypeStruct((k, rows // bm, m) if two_sided else (1,), f32)] * 2
+  part = lambda shape: jax.ShapeDtypeStruct(shape, f32)
+  col_shape = (k, rows // bm, m) if two_sided else (1,)
+  out_shapes = [part((k, col_tiles, rows)), part(col_shape),
+                part((k, col_tiles, rows) if maxima else (1,)),
+                part(col_shape if maxima else (1,))]
   warps = config.fwd_one_sided_warps
   warps = config.fwd_num_warps if two_sided or warps is None else warps
+  if bounded:   # sums, added
+    merge, add, empty = (lambda p: jnp.sum(p, axis=1)), jnp.add, 0.0
+  else:         # log-sum-exps (log2 units in, natural out), merged
+    merge, add, empty = (lambda p: jax.nn.logsumexp(p * LN2, axis=1)), jnp.logaddexp, -jnp.inf
 
   def body(r0, carry):
     lse_row, lse_col, max_row, max_col = carry
@@ -254,20 +286,27 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
         num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
-        PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask)
-    lse_row = jax.lax.dynamic_update_slice(
-        lse_row, jax.nn.logsumexp(row_part * LN2, axis=1), (0, r0))
-    max_row = jax.lax.dynamic_update_slice(max_row, jnp.max(row_max, axis=1) * LN2, (0, r0))
+        PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask,
+        BOUNDED=bounded, WANT_MAX=want_max)
+    lse_row = jax.lax.dynamic_update_slice(lse_row, merge(row_part), (0, r0))
     if two_sided:
-      lse_col = jnp.logaddexp(lse_col, jax.nn.logsumexp(col_part * LN2, axis=1))
-      max_col = jnp.maximum(max_col, jnp.max(col_max, axis=1) * LN2)
+      lse_col = add(lse_col, merge(col_part))
+    if want_max:
+      max_row = jax.lax.dynamic_update_slice(max_row, jnp.max(row_max, axis=1) * LN2, (0, r0))
+      if two_sided:
+        max_col = jnp.maximum(max_col, jnp.max(col_max, axis=1) * LN2)
     return lse_row, lse_col, max_row, max_col
 
   padded = jnp.zeros((k, _cdiv(n, rows) * rows), f32)
-  cols = jnp.full((k, m), -jnp.inf, f32) if two_sided else None
-  init = _compat.vary_like((padded, cols, padded, cols), x, y, scale, *offsets, xm, ym)
-  out = _slab_loop(n, rows, body, init)
-  out = [None if v is None else (v[:, :n] if i % 2 == 0 else v) for i, v in enumerate(out)]
+  cols = jnp.full((k, m), empty, f32) if two_sided else None
+  mcols = jnp.full((k, m), -jnp.inf, f32) if two_sided else None
+  init = _compat.vary_like((padded, cols, padded if want_max else None,
+                            mcols if want_max else None), x, y, scale, *offsets, xm, ym)
+  lse_row, lse_col, max_row, max_col = _slab_loop(n, rows, body, init)
+  if bounded:   # shift + log2(sum), natural units (-inf where nothing was kept)
+    lse_row, lse_col = (None if v is None else (shift + jnp.log2(v)) * LN2
+                        for v in (lse_row, lse_col))
+  out = (lse_row[:, :n], lse_col, None if max_row is None else max_row[:, :n], max_col)
   return tuple(None if v is None else (v[0] if prefix is None else v) for v in out)
 
 
@@ -527,13 +566,21 @@ class TritonBackend:
                             retile=not own and not self.interpret, interpret=self.interpret)
     return cfg, (x_tab, y_tab, Ladder.of(spec.dims, cfg.fwd_block_d))
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec):
+  def fwd_floor(self, x, scale, spec):
+    """None where the block's forward is exact only; else the floor (natural log units)
+    above which ``fwd_stats(bounded=True)``'s statistics are exact (every one of them
+    that is kept must reach it, or the caller reruns the exact forward)."""
+    cfg = self._setup(spec, x, None, None)[0]
+    return fwd_floor(scale) if cfg.fwd_bounded and (cfg.fwd_tiled or spec.dims) else None
+
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
+                bounded=False):
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
                    exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
-                   prefix=prefix, masks=masks)
+                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max)
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
           out_dtype):
