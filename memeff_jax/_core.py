@@ -76,8 +76,8 @@ def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_
   """``(lse_row, lse_col, max_row, max_col)`` of the block: the log-normalizers and the
   largest kept logit ``max_j keep_ij z_ij`` of each row and column (-inf if none; no
   gradient, it feeds the in-batch accuracy; None unless ``spec.want_max``); the column
-  ones are None unless ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row masks, both or
-  neither (a symmetric block takes ``x_mask`` only)."""
+  ones are None unless ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row
+  masks, both or neither (a symmetric block takes ``x_mask`` only)."""
   if (spec.dims is None) != (x_tab is None):
     raise ValueError("prefix dims and inverse-norm tables go together")
   if spec.symmetric != (y is None):

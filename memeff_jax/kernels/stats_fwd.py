@@ -7,7 +7,7 @@ statistics epilogue for both sides, launched over slabs of rows. config.py picks
 per feature size (the tiled form wins once the GEMM is deep enough to hide its
 exponentials). The tiled form also has a bounded-shift epilogue (BOUNDED): one
 exponential per entry against a fixed shift serves both sides, with no maxima
-(launch.lse_fwd checks the sums and falls back to the exact form).
+(ring.forward checks the statistics and falls back to the exact form).
 """
 
 import triton
@@ -136,8 +136,8 @@ def _tile_lse_fwd_kernel(
   BOUNDED: every kept entry's 2^(z - shift), one exponential for both sides, summed
   over the tile's rows and columns: no maxima, no max reductions (on an H200 the
   two-sided epilogue takes half the time: 3.1 against 6.5 ms at B = 65536, D = 64).
-  The launcher picks the shift so that no term overflows and checks that no sum
-  underflowed (``launch.lse_fwd``). WANT_MAX also stores the maxima (the in-batch
+  The launcher picks the shift so that no term overflows; ``ring.forward`` checks that
+  no statistic underflowed (``launch.fwd_floor``). WANT_MAX also stores the maxima (the in-batch
   accuracy); the exact epilogue always does.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
