@@ -68,7 +68,7 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
     return lap(bounded=False)
   out = lap(bounded=True)
   ok = jnp.ones((), bool)
-  for lse, keep in ((out[0], x_mask), (out[1], x_mask if spec.symmetric else y_mask)):
+  for lse, keep in ((out[0], x_mask), (out[1], y_mask)):   # (symmetric: no out[1])
     if lse is not None:
       good = (lse >= floor) & (lse < jnp.inf)
       ok = ok & jnp.all(good if keep is None else good | ~keep)

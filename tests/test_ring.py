@@ -19,6 +19,7 @@ import memeff_jax as mj
 from memeff_jax.kernels import launch
 from tests._check import kernel_path_config, sampled
 from tests._tolerances import grad_err, rel_err
+from tests.test_numerics import _block_lse64
 
 B, D, K = 24, 12, 2
 
@@ -145,11 +146,8 @@ def test_bounded_forward_reruns_on_every_device():
   t = 0.005
   fn, arrays, kw = _setup("clip", "interpret")
   kw["config"] = kernel_path_config("tiled", D, jnp.float32)
-  q, d = (np.asarray(a, np.float64) for a in arrays)
-  z = q @ d.T / t
-  np.fill_diagonal(z, -np.inf)
-  lse = lambda a: np.log(np.sum(np.exp(z - z.max(a, keepdims=True)), a)) + z.max(a)
-  low = (np.minimum(lse(0), lse(1)) < launch.fwd_floor(1 / t)).reshape(4, -1).any(axis=1)
+  lse_r, lse_c = _block_lse64(*arrays, t)
+  low = (np.minimum(lse_r, lse_c) < launch.fwd_floor(1 / t)).reshape(4, -1).any(axis=1)
   assert low.any() and not low.all(), low
   loss = mj.sharded(lambda *a, temperature, axis_name: fn(
       *a, temperature=temperature, axis_name=axis_name, **kw), _mesh(4), "batch")

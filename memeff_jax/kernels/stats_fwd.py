@@ -137,8 +137,8 @@ def _tile_lse_fwd_kernel(
   over the tile's rows and columns: no maxima, no max reductions (on an H200 the
   two-sided epilogue takes half the time: 3.1 against 6.5 ms at B = 65536, D = 64).
   The launcher picks the shift so that no term overflows; ``ring.forward`` checks that
-  no statistic underflowed (``launch.fwd_floor``). WANT_MAX also stores the maxima (the in-batch
-  accuracy); the exact epilogue always does.
+  no statistic underflowed (``launch.fwd_floor``). WANT_MAX also stores the maxima
+  (the in-batch accuracy); the exact epilogue always does.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   pid_m = tl.program_id(0)
