@@ -42,8 +42,8 @@ class _FirstOrderOnly:
   def bwd(self, *args, **kwargs):
     return _refuse_transforms(self.inner.bwd, self.name, args, kwargs)
 
-  def pairs(self, x, spec) -> bool:
-    return self.inner.pairs(x, spec)
+  def pairs(self, x, y, spec) -> bool:
+    return self.inner.pairs(x, y, spec)
 
   def fwd_floor(self, x, scale, spec):
     return self.inner.fwd_floor(x, scale, spec)

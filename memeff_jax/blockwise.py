@@ -93,7 +93,7 @@ class BlockwiseBackend:
     return None
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False):
+                bounded=False, skip=None):   # (exact only: nothing to skip)
     assert not bounded, "the blockwise forward is exact only"
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(_config(spec).blockwise_tile, m)
@@ -125,7 +125,7 @@ class BlockwiseBackend:
       lse_col, max_col = (_unk(jnp.moveaxis(c, 0, 1).reshape(k, -1)[:, :m], dims) for c in col)
     return _unk(lse_row, dims), lse_col, _unk(max_row, dims), max_col
 
-  def pairs(self, x, spec) -> bool:   # one gradient pass per tower: no bwd_pair
+  def pairs(self, x, y, spec) -> bool:   # one gradient pass per tower: no bwd_pair
     return False
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,

@@ -62,6 +62,10 @@ class KernelConfig:
       on in the defaults where the gradient is tiled (16-bit, d_pad > 512), and the
       way to trade memory for speed at d = 512 (with ``min_slab_rows`` of 2048 or
       more; README, "Trading memory for speed").
+    bwd_pair_max_batch: blocks of at most this many columns (the batch, or one
+      device's share of it through the ring) take ``bwd_pair`` even where it is off;
+      0: none. The 16-bit defaults at d_pad = 512 pair up to 16384 columns (CLIP
+      B = 16384 then takes 0.21 GiB extra, less than B = 65536 unpaired: 0.25).
     slab_kib: memory budget of one slab's buffers (KiB) for the tiled passes.
     min_slab_rows: the tiled gradient's coefficient slabs keep at least this many
       rows whatever ``slab_kib`` says (a thinner slab starves its XLA dot: at
@@ -98,6 +102,7 @@ class KernelConfig:
   fwd_bounded: bool = True
   bwd_tiled: bool = False
   bwd_pair: bool = False
+  bwd_pair_max_batch: int = 0
   slab_kib: int = 65536
   min_slab_rows: int = 512
   matryoshka_per_dim: bool = False
@@ -116,6 +121,9 @@ class KernelConfig:
           raise ValueError(f"KernelConfig.{f.name} must be a bool, got {v!r}")
       elif f.name == "fwd_one_sided_warps" and v is None:
         continue
+      elif f.name == "bwd_pair_max_batch":
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+          raise ValueError(f"KernelConfig.{f.name} must be an int >= 0, got {v!r}")
       elif not isinstance(v, int) or isinstance(v, bool) or v < 1:
         raise ValueError(f"KernelConfig.{f.name} must be a positive int, got {v!r}")
     for name in ("fwd_block_m", "fwd_block_n", "bwd_block_m", "bwd_block_n", "fwd_block_d",
@@ -271,9 +279,11 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     accumulator is 128 registers a thread); above, the accumulator no longer fits
     and the gradient is tiled (coefficient slabs times cuBLAS) and paired
     (``bwd_pair``: CLIP B = 32768 D = 1024 25.0 -> 21.6 ms, 0.36 -> 0.49 GiB for the
-    columns' fp32 accumulator). At d_pad = 512 ``bwd_pair`` with taller slabs is
-    faster still but costs memory, so it is left to the user (CLIP B = 65536: 53.9 ms,
-    0.25 GiB; 2048-row slabs 44.9 ms, 0.74 GiB; README, "Trading memory for speed").
+    columns' fp32 accumulator). At d_pad = 512 ``bwd_pair`` is faster but costs
+    memory, so it is on for blocks of up to 16384 columns (``bwd_pair_max_batch``;
+    CLIP B = 16384: 3.77 -> 2.99 ms, 0.13 -> 0.21 GiB; B = 32768: 13.4 -> 10.9 ms, but
+    0.13 -> 0.39 GiB) and left to the user above (B = 65536: 53.9 ms, 0.25 GiB;
+    2048-row slabs 44.9 ms, 0.74 GiB; README, "Trading memory for speed").
   - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
     second row sweep for the columns) and half-height tiles.
   - Matryoshka runs one plain block per dim (``matryoshka_per_dim``), each with the
@@ -307,7 +317,8 @@ def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
         _cfg((128, 128, 4, 3), (64, 64, 4, 2), **tiled)
   if d_pad <= 512:
     return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res) if wide else \
-        _cfg((128, 128, 4, 3), (64, 64, 8, 2), **tiled, fwd_one_sided_warps=8)
+        _cfg((128, 128, 4, 3), (64, 64, 8, 2), **tiled, fwd_one_sided_warps=8,
+             bwd_pair_max_batch=16384)
   if not wide:
     return _cfg((128, 128, 4, 3), (64, 128, 4, 4),
                 **dict(tiled, bwd_block_d=64, fwd_col_pass=False), bwd_tiled=True,

@@ -12,7 +12,7 @@ from memeff_jax import classes
 from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
                                paired_config, smem_bytes)
 from memeff_jax.kernels import launch
-from tests._check import jaxpr_eqns
+from tests._check import jaxpr_eqns, kernel_path_config
 
 DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
 DTYPES = [jnp.float32, jnp.float16, jnp.bfloat16]
@@ -64,7 +64,9 @@ def test_estimate_agrees_with_h200_launches():
 @pytest.mark.parametrize("field,value", [("fwd_tiled", 1), ("bwd_tiled", "yes"),
                                          ("slab_kib", 0), ("min_slab_rows", -1),
                                          ("fwd_block_m", 48), ("fwd_one_sided_warps", 0),
-                                         ("bwd_num_warps", True), ("matryoshka_per_dim", 1)])
+                                         ("bwd_num_warps", True), ("matryoshka_per_dim", 1),
+                                         ("bwd_pair_max_batch", -1),
+                                         ("bwd_pair_max_batch", 2.0)])
 def test_bad_config_fields_raise(field, value):
   with pytest.raises(ValueError, match=field):
     KernelConfig(**{field: value})
@@ -107,6 +109,24 @@ def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims, bounded, want_max):
   assert launches and all(kib * 2**9 < b <= kib * 2**10 for b in launches), launches
 
 
+@pytest.mark.parametrize("kib,rows", [(1024, 512), (768, 384), (100, 64)])
+def test_tiled_gradient_slabs_fit_slab_kib(kib, rows):
+  # The paired tiled gradient's coefficient slabs ([rows, m] in the input dtype) take
+  # as many rows as slab_kib holds (at least one tile): 1 MiB at m = 1024 in bf16 is two
+  # whole slabs of 512 rows, and no slab exceeds the budget unless one tile does.
+  n, d = 1024, 64
+  cfg = dataclasses.replace(default_config(d, jnp.float32, interpret=True), bwd_tiled=True,
+                            bwd_pair=True, bwd_block_m=64, bwd_block_n=64, bwd_block_d=32,
+                            slab_kib=kib, min_slab_rows=1)
+  x = jnp.zeros((n, d), jnp.bfloat16).at[:, 0].set(1.0)
+  jaxpr = jax.make_jaxpr(jax.grad(lambda a, b: mj.clip_loss(a, b, backend="interpret",
+                                                            config=cfg), argnums=(0, 1)))(x, x)
+  slabs = [v.aval for e in jaxpr_eqns(jaxpr.jaxpr) if e.primitive.name == "pure_callback"
+           for v in e.outvars if v.aval.dtype == jnp.bfloat16 and v.aval.ndim == 3]
+  assert slabs and all(a.shape == (1, rows, n) for a in slabs), slabs
+  assert rows * n * 2 <= max(kib * 2**10, 64 * n * 2)
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 @pytest.mark.parametrize("d", [16, 200, 512, 1152])
 def test_matryoshka_per_dim_defaults(d, dtype):
@@ -137,6 +157,8 @@ def test_paired_config(d, dtype, smem_kib):
   tiled = dataclasses.replace(cfg, bwd_tiled=True)
   assert paired_config(tiled, d, itemsize, smem_kib) == tiled
   assert default_config(d, dtype).bwd_pair == (itemsize < 4 and d > 512)
+  by_size = itemsize < 4 and 256 < d <= 512
+  assert default_config(d, dtype).bwd_pair_max_batch == (16384 if by_size else 0)
 
 
 @pytest.mark.parametrize("family,paired", [("clip", True), ("lit", False), ("qwen3", True)])
@@ -155,6 +177,40 @@ def test_bwd_pair_takes_tiled_gradient_where_both_towers_train(monkeypatch, fami
                           argnums=(0, 1)))(x, x)
   assert calls and all(c == (("_lse_bwd_tiled", True) if paired else ("_lse_bwd_fa", False))
                        for c in calls), calls
+
+
+@pytest.mark.parametrize("path,conds", [("paired", False), ("default", True)])
+def test_one_device_step_has_no_cond(path, conds):
+  # On one device the bounded forward's exact rerun is launched gated by its check, and
+  # the tiled gradient picks its shared exponential tile by tile: a paired CLIP step
+  # traces no lax.cond (a GPU copies its predicate to the host and waits). The
+  # FlashAttention-shaped gradient still decides for the whole block (a cond).
+  cfg = (default_config(16, jnp.float32, interpret=True) if path == "default" else
+         kernel_path_config(path, 16, jnp.float32))
+  cfg = dataclasses.replace(cfg, fwd_tiled=True)
+  x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
+  jaxpr = jax.make_jaxpr(jax.value_and_grad(
+      lambda a, b: mj.clip_loss(a, b, backend="interpret", config=cfg), argnums=(0, 1)))(x, y)
+  names = {e.primitive.name for e in jaxpr_eqns(jaxpr.jaxpr)}
+  assert "pure_callback" in names and ("cond" in names) == conds, names
+
+
+@pytest.mark.parametrize("m,paired", [(8, True), (9, False)])
+def test_bwd_pair_max_batch_pairs_small_blocks(monkeypatch, m, paired):
+  # bwd_pair off, bwd_pair_max_batch = 8: a CLIP block of 8 columns takes the paired
+  # tiled gradient, one of 9 a FlashAttention-shaped pass per tower.
+  calls = []
+  for name in ("_lse_bwd_tiled", "_lse_bwd_fa"):
+    real = getattr(launch, name)
+    monkeypatch.setattr(launch, name, lambda *a, _r=real, _n=name, **k: (
+        calls.append((_n, k.get("pair") is not None)), _r(*a, **k))[1])
+  cfg = dataclasses.replace(default_config(64, jnp.float32, interpret=True),
+                            bwd_pair_max_batch=8)
+  x = jnp.zeros((m, 64), jnp.float32).at[:, 0].set(1.0)
+  jax.make_jaxpr(jax.grad(lambda a, b: mj.clip_loss(a, b, backend="interpret", config=cfg),
+                          argnums=(0, 1)))(x, x)
+  want = ("_lse_bwd_tiled", True) if paired else ("_lse_bwd_fa", False)
+  assert calls and all(c == want for c in calls), calls
 
 
 @pytest.mark.parametrize("n", [1, 63, 64, 4100, 65536, 65537])
@@ -187,7 +243,7 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
   cfg = dataclasses.replace(default_config(16, jnp.float32, interpret=True), fwd_tiled=True)
   x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
   loss = fn(x, y, backend="interpret", config=cfg)
-  # (the exact rerun is traced too: lax.cond)
+  # (the exact rerun is launched too, gated by the check)
   assert set(calls) == {(True, False), (False, False)}, calls
   calls.clear()
   with_stats, stats = stats_fn(x, y, backend="interpret", config=cfg)

@@ -130,15 +130,20 @@ def _lse_span(x, y, t):
 # (cos_lo, cos_hi, t): lse spans over the block of 49 and 63 (one exponential per entry
 # shared by both softmax roles; at 63 the weakest rows' terms sit near 2^-126) and 375
 # (two exponentials; sharing would give NaN). The span is asserted, so each case keeps
-# testing its branch.
+# testing its branch. path: the FlashAttention-shaped gradient (one check for the
+# block), the paired tiled one with one tile for the block (the tile's own check, the
+# same branch), and with 32 x 32 tiles (each tile its own branch).
+@pytest.mark.parametrize("path", ["default", "paired", "tiled_paired"])
 @pytest.mark.parametrize("cos_lo,cos_hi,t,shared", [(0.4, 0.8, 0.01, True),
                                                     (0.25, 0.8, 0.01, True),
                                                     (-0.9, 0.9, 0.005, False)])
-def test_gradient_shared_exponential(cos_lo, cos_hi, t, shared):
+def test_gradient_shared_exponential(cos_lo, cos_hi, t, shared, path):
   x, y = _graded_rows(6, 48, 64, cos_lo, cos_hi)
   assert (_lse_span(x, y, t) <= SHARED_SPAN) == shared, _lse_span(x, y, t)
+  cfg = None if path == "default" else kernel_path_config(path, 64, jnp.float32)
   for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
-    _check(lambda a, b: fn(a, b, temperature=t, backend="interpret", normalized_inputs=True),
+    _check(lambda a, b: fn(a, b, temperature=t, backend="interpret", normalized_inputs=True,
+                           config=cfg),
            lambda a, b: ref(a, b, temperature=t, normalized_inputs=True), [x, y],
            val_rtol=1e-5, grad_tol=1e-4)
 

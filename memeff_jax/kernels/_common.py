@@ -148,7 +148,8 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
                 g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
                 COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
-                SHARED: tl.constexpr):
+                SHARED: tl.constexpr, TILE_SHIFT: tl.constexpr = False,
+                SPAN: tl.constexpr = 64.0):
   """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
@@ -160,11 +161,38 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
   every row's lse (g_r, g_c then hold g 2^(t - lse); lse_c is not read), so one
   exponential per entry serves both: c_ij = 2^(z_ij - t) (g_r_i keep^r_ij + g_c_j
   keep^c_ij). Kept entries have z <= t; the clamp keeps dropped ones finite.
+
+  TILE_SHIFT (both roles, plain statistics): the same, with t the largest finite lse
+  of this tile's rows and columns and the factors g 2^(t - lse) computed here, where
+  every lse of the tile lies within SPAN of t; else (or NaN) one exponential per role.
+  The choice is the tile's own, so no launcher-wide check (and no host round trip of
+  a ``lax.cond``) is needed.
   """
   cols = col0 + tl.arange(0, BLOCK_N)
   z = s * scale2
   coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-  if SHARED:
+  if TILE_SHIFT:
+    tl.static_assert(HAS_ROW and HAS_COL and not SHARED)
+    in_cols = cols < m
+    lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
+    g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
+    t = tl.maximum(tl.max(tl.where(lse_r < float("inf"), lse_r, float("-inf")), 0),
+                   tl.max(tl.where(lse_c < float("inf"), lse_c, float("-inf")), 0))
+    low = tl.minimum(tl.min(lse_r, 0), tl.min(lse_c, 0))
+    if t - low <= SPAN:   # (False for NaN, or an empty row: lse = -inf)
+      e = tl.exp2(tl.minimum(z - t, 8.0))
+      p_r = e * (g_r * tl.exp2(t - lse_r))[:, None]   # rows out of range: lse = +inf, 0
+      p_c = e * (g_c * tl.exp2(t - lse_c))[None, :]
+    else:
+      p_r = g_r[:, None] * tl.exp2(z - lse_r[:, None])
+      p_c = g_c[None, :] * tl.exp2(z - lse_c[None, :])
+    if ROW_THR:
+      p_r = tl.where(s <= thr_r[:, None], p_r, 0.0)
+    if COL_THR:
+      thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
+      p_c = tl.where(s <= thr_c[None, :], p_c, 0.0)
+    coef = p_r + p_c
+  elif SHARED:
     tl.static_assert(HAS_ROW and HAS_COL)
     f_r = g_r[:, None]
     if ROW_THR:

@@ -196,7 +196,7 @@ def _tile_coef_bwd_kernel(
     scal_ptr,                  # [1] fp32: scale * log2(e)
     off_ptr,                   # [3] int32: global offsets of row 0 and column 0, first slab row
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [K, n] row-role statistics (log2 units, +inf if empty)
-    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics (SHARED: lse_c unused)
+    lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics
     xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
     xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
     # sizes
@@ -211,7 +211,7 @@ def _tile_coef_bwd_kernel(
     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
     K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
-    SHARED: tl.constexpr,
+    TILE_SHIFT: tl.constexpr, SPAN: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -221,7 +221,8 @@ def _tile_coef_bwd_kernel(
   dx[slab] = scale * g_max * c[slab] @ y, so the gradient's GEMM runs at cuBLAS
   speed, and, paired, the columns' gradient from the same slab,
   dy += scale * g_max * c[slab]^T @ x[slab] (WANT_CS_COL: with its column sums of
-  c s). Rows past n store zeros.
+  c s). Rows past n store zeros. TILE_SHIFT (both roles): one exponential per entry,
+  on a shift the tile picks from its own statistics (``coefficient``).
 
   Matryoshka (K prefix dims, segment ends in SEGS as in the forward): feature
   segment k of dx takes the coefficients of every dim that contains it, so slab k
@@ -256,7 +257,7 @@ def _tile_coef_bwd_kernel(
     coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                        lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xm_ptr, ym_ptr,
                        BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF,
-                       HAS_MASK, SHARED)
+                       HAS_MASK, False, TILE_SHIFT, SPAN)
     if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
       coef = tl.where(in_rows[:, None], coef, 0.0)
     if HAS_TAB:

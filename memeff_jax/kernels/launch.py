@@ -177,7 +177,7 @@ def _mask_args(masks):
 
 
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
-            prefix=None, masks=None, bounded=False, want_max=True):
+            prefix=None, masks=None, bounded=False, want_max=True, skip=None):
   """Row (and column) log-sum-exp of the masked block and the largest kept logit of
   each row (column): ``(lse_row, lse_col, max_row, max_col)``, natural log units.
 
@@ -186,11 +186,14 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   ``(x rows, y rows)`` (bool), or None: a removed row or column is in no softmax.
   bounded (tiled kernel only): the bounded-shift sums, exact where the lse is at least
   ``fwd_floor`` (the caller checks). want_max=False: the maxima are None (bounded: not
-  computed)."""
+  computed). skip (tiled kernel only; else ignored): a traced bool; where true, the
+  kernels return at once and the statistics are garbage (a rerun gated on the GPU,
+  where a ``lax.cond`` would wait for its predicate on the host)."""
   if config.fwd_tiled or prefix is not None:
     return _lse_fwd_tiled(x, y, scale, row_thr, offsets, two_sided=two_sided,
                           exclude_self=exclude_self, config=config, interpret=interpret,
-                          prefix=prefix, masks=masks, bounded=bounded, want_max=want_max)
+                          prefix=prefix, masks=masks, bounded=bounded, want_max=want_max,
+                          skip=skip)
   assert not bounded, "the bounded forward is tiled"
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
@@ -244,7 +247,7 @@ def _prefix_args(prefix, num_k):
 
 
 def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config,
-                   interpret, prefix, masks, bounded, want_max):
+                   interpret, prefix, masks, bounded, want_max, skip=None):
   """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once.
   Exact: per-tile log-sum-exps merged by logsumexp; bounded: per-tile sums of
   2^(z - shift), added up, then shift + log2(sum)."""
@@ -263,7 +266,8 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   f32 = jnp.float32
   scale2 = scale * LOG2E
   shift = scale2 - BOUND_HEADROOM
-  scal = jnp.stack([scale2, shift]).astype(f32)
+  gate = jnp.zeros((), f32) if skip is None else skip.astype(f32)
+  scal = jnp.stack([scale2, shift, gate]).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
   part = lambda shape: jax.ShapeDtypeStruct(shape, f32)
   col_shape = (k, rows // bm, m) if two_sided else (1,)
@@ -287,7 +291,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
         PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask,
-        BOUNDED=bounded, WANT_MAX=want_max)
+        BOUNDED=bounded, WANT_MAX=want_max, GATED=skip is not None)
     lse_row = jax.lax.dynamic_update_slice(lse_row, merge(row_part), (0, r0))
     if two_sided:
       lse_col = add(lse_col, merge(col_part))
@@ -327,9 +331,15 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
   col_tiles = _cdiv(m, bn)
   # fp16 slabs could overflow once the prefix tables (>= 1) multiply the coefficients.
   c_dtype = jnp.float32 if (prefix is not None and x.dtype == jnp.float16) else x.dtype
-  rows = _slab_rows(n, bm, k * (m * jnp.dtype(c_dtype).itemsize + 4 * col_tiles), config,
+  # The budget counts the slabs; their fp32 per-tile sums (4 / (BLOCK_N itemsize) of
+  # them) ride on top, so that a power-of-two budget and batch give whole slabs (at
+  # B = 16384 the 64 MiB budget is 8 slabs of 2048 rows, not 9 of 1856 padded to 16704).
+  rows = _slab_rows(n, bm, k * m * jnp.dtype(c_dtype).itemsize, config,
                     min_rows=config.min_slab_rows)
   want_cs_col = pair is not None and pair[0]
+  # Both roles: one exponential per entry, on a shift each tile picks (TILE_SHIFT).
+  tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
+  tile_flags["TILE_SHIFT"] = flags["HAS_ROW"] and flags["HAS_COL"]
   f32 = jnp.float32
   out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype),
                 jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32),
@@ -352,7 +362,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
-        WANT_CS_COL=want_cs_col, **flags)
+        WANT_CS_COL=want_cs_col, SPAN=SHARED_SPAN, **tile_flags)
     part = jnp.concatenate([times(c[i], y_dot[:, lo:hi], ((1,), (0,)))
                             for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
     dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
@@ -414,8 +424,8 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
                          out_dtype=out_dtype, config=config, interpret=interpret, scal=scal,
                          g_max=g_max, prefix=prefix, mask_args=mask_args, pair=pair)
   plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
-  if row is None or col is None:
-    return plain()
+  if row is None or col is None or config.bwd_tiled or pair is not None:
+    return plain()   # (the tiled kernel shares the exponential tile by tile)
   # Both roles: rebase them on one shift t per dim (the largest finite lse), so one
   # exponential per entry serves both, c = 2^(z - t) (g_r 2^(t - lse_r) + g_c 2^(t - lse_c)),
   # where every lse of the block lies within SHARED_SPAN of t (else, or NaN: two).
@@ -574,13 +584,14 @@ class TritonBackend:
     return fwd_floor(scale) if cfg.fwd_bounded and (cfg.fwd_tiled or spec.dims) else None
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False):
+                bounded=False, skip=None):
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
                    exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
-                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max)
+                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max,
+                   skip=skip)
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
           out_dtype):
@@ -592,9 +603,10 @@ class TritonBackend:
                      interpret=self.interpret, prefix=prefix, masks=masks)
     return (dx if prefix is None else prefix[2].unpad(dx)), cs
 
-  def pairs(self, x, spec) -> bool:
+  def pairs(self, x, y, spec) -> bool:
     """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
-    return self._setup(spec, x, None, None)[0].bwd_pair
+    cfg = self._setup(spec, x, None, None)[0]
+    return cfg.bwd_pair or y.shape[0] <= cfg.bwd_pair_max_batch
 
   def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
                out_dtype):
