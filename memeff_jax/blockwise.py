@@ -93,7 +93,7 @@ class BlockwiseBackend:
     return None
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False, skip=None):   # (exact only: nothing to skip)
+                bounded=False):
     assert not bounded, "the blockwise forward is exact only"
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(_config(spec).blockwise_tile, m)

@@ -61,10 +61,7 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
 
   Where the backend has a bounded forward (``fwd_floor``), the lap runs it, and reruns
   exactly if any kept row's or column's lse (over the whole ring) is below the floor
-  or not finite; every device takes the same branch. On one device the rerun is
-  always launched, gated by the check (its kernels return at once when it passes),
-  and the results are selected: no ``lax.cond``, whose predicate the GPU would copy
-  to the host and wait for."""
+  or not finite; every device takes the same branch."""
   floor = spec.backend.fwd_floor(x, scale, spec)
   lap = functools.partial(_forward, spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
   if floor is None:
@@ -75,17 +72,13 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
     if lse is not None:
       good = (lse >= floor) & (lse < jnp.inf)
       ok = ok & jnp.all(good if keep is None else good | ~keep)
-  if spec.axis_name is None:
-    exact = lap(bounded=False, skip=ok)
-    return tuple(None if a is None else jnp.where(ok, a, b) for a, b in zip(out, exact))
-  ok = lax.pmin(ok.astype(jnp.int32), spec.axis_name) > 0
+  if spec.axis_name is not None:
+    ok = lax.pmin(ok.astype(jnp.int32), spec.axis_name) > 0
   return lax.cond(ok, lambda: out, lambda: lap(bounded=False))
 
 
-def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounded,
-             skip=None):
-  """``forward``'s lap, with the backend's bounded or exact statistics (skip: see
-  ``launch.lse_fwd``)."""
+def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounded):
+  """``forward``'s lap, with the backend's bounded or exact statistics."""
   be, axis = spec.backend, spec.axis_name
   if spec.symmetric:
     y, y_tab, y_mask = x, x_tab, x_mask
@@ -96,7 +89,7 @@ def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounde
     src = (me - h) % size
     return be.fwd_stats(x, y_vis, scale, row_thr=row_thr, x_tab=x_tab, y_tab=yt_vis,
                         masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
-                        bounded=bounded, skip=skip)
+                        bounded=bounded)
 
   if size == 1:
     return _drop_max(spec, hop(0, y, y_tab, y_mask))

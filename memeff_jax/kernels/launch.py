@@ -177,7 +177,7 @@ def _mask_args(masks):
 
 
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
-            prefix=None, masks=None, bounded=False, want_max=True, skip=None):
+            prefix=None, masks=None, bounded=False, want_max=True):
   """Row (and column) log-sum-exp of the masked block and the largest kept logit of
   each row (column): ``(lse_row, lse_col, max_row, max_col)``, natural log units.
 
@@ -186,14 +186,11 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   ``(x rows, y rows)`` (bool), or None: a removed row or column is in no softmax.
   bounded (tiled kernel only): the bounded-shift sums, exact where the lse is at least
   ``fwd_floor`` (the caller checks). want_max=False: the maxima are None (bounded: not
-  computed). skip (tiled kernel only; else ignored): a traced bool; where true, the
-  kernels return at once and the statistics are garbage (a rerun gated on the GPU,
-  where a ``lax.cond`` would wait for its predicate on the host)."""
+  computed)."""
   if config.fwd_tiled or prefix is not None:
     return _lse_fwd_tiled(x, y, scale, row_thr, offsets, two_sided=two_sided,
                           exclude_self=exclude_self, config=config, interpret=interpret,
-                          prefix=prefix, masks=masks, bounded=bounded, want_max=want_max,
-                          skip=skip)
+                          prefix=prefix, masks=masks, bounded=bounded, want_max=want_max)
   assert not bounded, "the bounded forward is tiled"
   if two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
     opts = dict(exclude_self=exclude_self, config=config, interpret=interpret)
@@ -247,7 +244,7 @@ def _prefix_args(prefix, num_k):
 
 
 def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config,
-                   interpret, prefix, masks, bounded, want_max, skip=None):
+                   interpret, prefix, masks, bounded, want_max):
   """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once.
   Exact: per-tile log-sum-exps merged by logsumexp; bounded: per-tile sums of
   2^(z - shift), added up, then shift + log2(sum)."""
@@ -266,8 +263,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   f32 = jnp.float32
   scale2 = scale * LOG2E
   shift = scale2 - BOUND_HEADROOM
-  gate = jnp.zeros((), f32) if skip is None else skip.astype(f32)
-  scal = jnp.stack([scale2, shift, gate]).astype(f32)
+  scal = jnp.stack([scale2, shift]).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
   part = lambda shape: jax.ShapeDtypeStruct(shape, f32)
   col_shape = (k, rows // bm, m) if two_sided else (1,)
@@ -291,7 +287,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
         PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask,
-        BOUNDED=bounded, WANT_MAX=want_max, GATED=skip is not None)
+        BOUNDED=bounded, WANT_MAX=want_max)
     lse_row = jax.lax.dynamic_update_slice(lse_row, merge(row_part), (0, r0))
     if two_sided:
       lse_col = add(lse_col, merge(col_part))
@@ -584,14 +580,13 @@ class TritonBackend:
     return fwd_floor(scale) if cfg.fwd_bounded and (cfg.fwd_tiled or spec.dims) else None
 
   def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False, skip=None):
+                bounded=False):
     cfg, prefix = self._setup(spec, x, x_tab, y_tab)
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
     return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
                    exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
-                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max,
-                   skip=skip)
+                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max)
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
           out_dtype):
