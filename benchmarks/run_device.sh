@@ -19,6 +19,9 @@
 #            Copy the CSVs to benchmarks/results/<gpu>_ring_*.csv for render_tables.py.
 #   source .gpu/setup.sh && STAGES="tests headline" bash benchmarks/run_device.sh
 #   source .gpu/setup.sh && STAGES=ring RING_WEAK=65536 bash benchmarks/run_device.sh
+# The memeff stages need memeff 0.3.1 on the GPU machine: put its wheel next to
+# jax-triton's before the call (pip download memeff==0.3.1 --no-deps -d .gpu/), and
+# setup.sh installs it with the rest.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STAGES=${STAGES:-tests headline mrl table big sweep}
@@ -27,6 +30,8 @@ export MEMEFF_TEST_GPU=1
 export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-/tmp/triton_cache}
 mkdir -p "$TRITON_CACHE_DIR"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader | tee "$OUT/gpu.txt"
+python -c "import memeff" 2>/dev/null ||
+  echo "Error: memeff is not installed here; the memeff stages will fail (see the header)"
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|error" | cut -c1-260; }
 if has tests; then
