@@ -161,15 +161,22 @@ def test_paired_config(d, dtype, smem_kib):
   assert default_config(d, dtype).bwd_pair_max_batch == (16384 if by_size else 0)
 
 
-@pytest.mark.parametrize("family,paired", [("clip", True), ("lit", False), ("qwen3", True)])
-def test_bwd_pair_takes_tiled_gradient_where_both_towers_train(monkeypatch, family, paired):
-  # bwd_pair without bwd_tiled: a block whose two towers need a gradient goes to the
-  # paired tiled gradient, LiT's (one tower) stays FlashAttention-shaped.
+def _record_gradient_paths(monkeypatch):
+  """A list that gets (launcher, paired?) for every gradient launcher call: the tiled
+  (``_lse_bwd_tiled``) or the FlashAttention-shaped (``_lse_bwd_fa``) one."""
   calls = []
   for name in ("_lse_bwd_tiled", "_lse_bwd_fa"):
     real = getattr(launch, name)
     monkeypatch.setattr(launch, name, lambda *a, _r=real, _n=name, **k: (
         calls.append((_n, k.get("pair") is not None)), _r(*a, **k))[1])
+  return calls
+
+
+@pytest.mark.parametrize("family,paired", [("clip", True), ("lit", False), ("qwen3", True)])
+def test_bwd_pair_takes_tiled_gradient_where_both_towers_train(monkeypatch, family, paired):
+  # bwd_pair without bwd_tiled: a block whose two towers need a gradient goes to the
+  # paired tiled gradient, LiT's (one tower) stays FlashAttention-shaped.
+  calls = _record_gradient_paths(monkeypatch)
   fn = dict(clip=mj.clip_loss, lit=mj.lit_loss, qwen3=mj.qwen3_loss)[family]
   cfg = dataclasses.replace(default_config(64, jnp.float32, interpret=True), bwd_pair=True)
   x = jnp.zeros((8, 64), jnp.float32).at[:, 0].set(1.0)
@@ -199,11 +206,7 @@ def test_tiled_gradient_needs_no_cond(path, conds):
 def test_bwd_pair_max_batch_pairs_small_blocks(monkeypatch, m, paired):
   # bwd_pair off, bwd_pair_max_batch = 8: a CLIP block of 8 columns takes the paired
   # tiled gradient, one of 9 a FlashAttention-shaped pass per tower.
-  calls = []
-  for name in ("_lse_bwd_tiled", "_lse_bwd_fa"):
-    real = getattr(launch, name)
-    monkeypatch.setattr(launch, name, lambda *a, _r=real, _n=name, **k: (
-        calls.append((_n, k.get("pair") is not None)), _r(*a, **k))[1])
+  calls = _record_gradient_paths(monkeypatch)
   cfg = dataclasses.replace(default_config(64, jnp.float32, interpret=True),
                             bwd_pair_max_batch=8)
   x = jnp.zeros((m, 64), jnp.float32).at[:, 0].set(1.0)

@@ -385,6 +385,12 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
   return dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None)
 
 
+def _bwd_tiled(config: KernelConfig, pair) -> bool:
+  """Whether lse_bwd takes the tiled (coefficient-slab) gradient: configured so, or
+  paired."""
+  return config.bwd_tiled or pair is not None
+
+
 def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype, config,
             interpret, prefix=None, masks=None, pair=None):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd).
@@ -420,7 +426,7 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
                          out_dtype=out_dtype, config=config, interpret=interpret, scal=scal,
                          g_max=g_max, prefix=prefix, mask_args=mask_args, pair=pair)
   plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
-  if row is None or col is None or config.bwd_tiled or pair is not None:
+  if row is None or col is None or _bwd_tiled(config, pair):
     return plain()   # (the tiled kernel shares the exponential tile by tile)
   # Both roles: rebase them on one shift t per dim (the largest finite lse), so one
   # exponential per entry serves both, c = 2^(z - t) (g_r 2^(t - lse_r) + g_c 2^(t - lse_c)),
@@ -443,7 +449,7 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
 def _lse_bwd_launch(x, y, scale, offsets, side_stats, flags, *, want_cs, out_dtype, config,
                     interpret, scal, g_max, prefix, mask_args, pair):
   """lse_bwd's launches for one form of the statistics (``side_stats``, ``flags``)."""
-  if config.bwd_tiled or pair is not None:
+  if _bwd_tiled(config, pair):
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
                           interpret=interpret, scal=scal, g_max=g_max, prefix=prefix,
