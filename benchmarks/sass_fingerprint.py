@@ -113,15 +113,22 @@ def variants():
     for case in BWD_CASES:
       yield (f"tile bwd {dt} {d} {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS(dt),
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, NUM_K=-(-d // bk), PRECISION="tf32",
-                  K=1, SEGS=-(-d // bk), HAS_TAB=False, HAS_MASK=False,
-                  WANT_CS_COL=case == BWD_CASES[-1],
-                  **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+                  K=1, SEGS=-(-d // bk), HAS_TAB=False, HAS_MASK=case == BWD_CASES[-1],
+                  WANT_CS_COL=case == BWD_CASES[-1], **_tile_flags(case)), w, st)
   for case in BWD_CASES:
     yield (f"mrl tile bwd bf16 512 {case}", _tile_coef_bwd_kernel, TILE_BWD_ARGS("bf16"),
            dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, NUM_K=8, PRECISION="tf32", K=4,
                 SEGS=MRL_SEGS, HAS_TAB=True, HAS_MASK=False, WANT_CS_COL=True,
-                **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}),
+                **_tile_flags(case)),
            8, 3)
+
+
+def _tile_flags(case):
+  """The tiled gradient's flags for a BWD_CASES row: its SHARED column picks the
+  kernel's own shared exponential (TILE_SHIFT, on the launcher's 64 log2-unit span)."""
+  flags = {k: bool(v) for k, v in zip(BWD_FLAGS, case)}
+  tile_shift = flags.pop("SHARED")
+  return dict(flags, TILE_SHIFT=tile_shift, SPAN=64.0)
 
 
 def main():

@@ -97,17 +97,29 @@ def lse2(z, AXIS: tl.constexpr):
 
 
 @triton.jit
-def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+def load_keep(mask_ptr, idx, size, HAS_MASK: tl.constexpr):
+  """The ``where`` mask (fp32 [size], 0 = removed) at ``idx`` as bools, False past
+  ``size``; a dummy without HAS_MASK. The forward kernels load it ahead of their GEMM
+  loop, where its latency hides: loaded after it, in the epilogue, the column mask of
+  the one-sided tiled forward (one scalar load per column a thread holds) cost LiT and
+  Qwen3 1.3-1.9 ms more at B = 65536, D = 512 on an H200 (benchmarks/NOTES.md,
+  session 13). The gradient loads it at its use (``coefficient``)."""
+  keep = tl.zeros([1], dtype=tl.int1)
+  if HAS_MASK:
+    keep = tl.load(mask_ptr + idx, mask=idx < size, other=0.0) != 0
+  return keep
+
+
+@triton.jit
+def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, m, keep_r, keep_c,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
                HAS_MASK: tl.constexpr):
   """``v`` [BLOCK_M, BLOCK_N] with ``fill`` on the self pairs (EXCLUDE_SELF; only tiles
   holding the diagonal pay for the test), on the columns past m (``cols`` = col0 +
   arange(BLOCK_N); only the last column tile pays) and, with HAS_MASK, on the rows
-  and columns whose ``where`` entry (xm_ptr [n], ym_ptr [m], fp32, 0 = removed) is 0."""
+  and columns whose ``where`` entry is removed (``keep_r`` [BLOCK_M], ``keep_c``
+  [BLOCK_N], from ``load_keep``)."""
   if HAS_MASK:
-    rows = row0 + tl.arange(0, BLOCK_M)
-    keep_r = tl.load(xm_ptr + rows, mask=rows < n, other=0.0) != 0
-    keep_c = tl.load(ym_ptr + cols, mask=cols < m, other=0.0) != 0
     v = tl.where(keep_r[:, None] & keep_c[None, :], v, fill)
   if EXCLUDE_SELF:
     if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
@@ -155,7 +167,10 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
 
   with z = s * scale2 (log2 units). The row statistics come as [BLOCK_M] tensors
-  (rows out of range: lse = +inf, g = 0), the column ones are loaded here.
+  (rows out of range: lse = +inf, g = 0), the column ones are loaded here, and so are
+  the ``where`` masks, at their use (loaded ahead of the column loop, they lengthen the
+  FlashAttention-shaped gradient's live ranges: on an H200, CLIP at B = 65536, D = 512
+  with ``where`` took 61.5 instead of 52.4 ms; benchmarks/NOTES.md, session 13).
 
   SHARED (both roles): the launcher has rebased both roles on one shift t, passed as
   every row's lse (g_r, g_c then hold g 2^(t - lse); lse_c is not read), so one
@@ -217,5 +232,7 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
         thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
         p = tl.where(s <= thr_c[None, :], p, 0.0)
       coef += g_c[None, :] * p
-  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+  keep_r = load_keep(xm_ptr, row0 + tl.arange(0, BLOCK_M), n, HAS_MASK)
+  keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
+  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, keep_r, keep_c,
                     BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)

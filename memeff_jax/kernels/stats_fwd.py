@@ -13,8 +13,8 @@ exponential per entry against a fixed shift serves both sides, with no maxima
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import (drop_pairs, load_tile, lse2, lse2_merge, safe_max,
-                                        similarity, tile_origin, tile_similarity)
+from memeff_jax.kernels._common import (drop_pairs, load_keep, load_tile, lse2, lse2_merge,
+                                        safe_max, similarity, tile_origin, tile_similarity)
 
 
 @triton.jit
@@ -67,16 +67,18 @@ def _lse_fwd_kernel(
     thr = tl.zeros([BLOCK_M], dtype=tl.float32)
     if ROW_THR:
       thr = tl.load(thr_ptr + rows, mask=rows < n, other=0.0)
+    keep_r = load_keep(xm_ptr, rows, n, HAS_MASK)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)   # running max (log2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)            # running sum of 2^(z - m_i)
     for j0 in range(j_lo, j_hi, BLOCK_N):
+      cols = j0 + tl.arange(0, BLOCK_N)
+      keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
       s, _ = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                         NUM_D, PRECISION)
       z = s * scale2
       if ROW_THR:
         z = tl.where(s <= thr[:, None], z, float("-inf"))
-      cols = j0 + tl.arange(0, BLOCK_N)
-      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, m, keep_r, keep_c,
                      BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
       m_new = tl.maximum(m_i, tl.max(z, 1))
       shift = safe_max(m_new)
@@ -151,6 +153,8 @@ def _tile_lse_fwd_kernel(
   rows = row0 + tl.arange(0, BLOCK_M)
   cols = col0 + tl.arange(0, BLOCK_N)
   local = local0 + tl.arange(0, BLOCK_M)
+  keep_r = load_keep(xm_ptr, rows, n, HAS_MASK)
+  keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
   s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
   for k in tl.static_range(K):
     # dim k's chunks: [end of dim k - 1, end of dim k) (constexpr: inlined, an
@@ -166,7 +170,7 @@ def _tile_lse_fwd_kernel(
     if ROW_THR:
       thr = tl.load(thr_ptr + k * n + rows, mask=rows < n, other=0.0)
       z = tl.where(s_k <= thr[:, None], z, float("-inf"))
-    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, n, m, xm_ptr, ym_ptr,
+    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, keep_r, keep_c,
                    BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
     if TWO_SIDED:
       if row0 + BLOCK_M > n:
