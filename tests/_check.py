@@ -83,6 +83,14 @@ def sampled(cases, keep):
           for i, c in enumerate(cases)]
 
 
+def checkerboard(*picks, mod: int = 2, residue: int = 0) -> bool:
+  """A fixed fraction of a product, as a checkerboard: ``picks`` are (value, values)
+  pairs, and a case is picked when the sum of its indices is ``residue`` modulo
+  ``mod`` (about 1 / mod of the cases). Every value of every factor stays in the
+  sample as long as another factor has at least ``mod`` values."""
+  return sum(list(values).index(v) for v, values in picks) % mod == residue
+
+
 def kernel_path_config(path, d, dtype):
   """A config selecting one kernel path of the Triton backend under the interpreter:
   "partials" / "col_pass" (the sweep forward's two ways to the column statistics) or

@@ -11,6 +11,8 @@ if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
 HAS_GPU = os.path.exists("/dev/nvidia0") or os.environ.get("MEMEFF_TEST_GPU") == "1"
 if not HAS_GPU:
   os.environ.setdefault("TRITON_INTERPRET", "1")
+else:   # several pytest processes (pytest-xdist) share the GPU
+  os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 # Scripts the tests start in subprocesses, not test modules.
 collect_ignore_glob = ["helpers/*"]
@@ -32,6 +34,23 @@ def pytest_collection_modifyitems(config, items):
 def _cpu_devices():
   if not HAS_GPU:
     assert jax.device_count() >= 8, "XLA_FLAGS was set too late: jax was imported first"
+
+
+def pytest_sessionfinish(session):
+  # A pytest-xdist worker hands its largest errors to the controller process.
+  out = getattr(session.config, "workeroutput", None)
+  if out is not None:
+    from tests import _check  # pylint: disable=g-import-not-at-top
+    out["largest_errors"] = dict(_check.LARGEST)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+  del error
+  from tests import _check  # pylint: disable=g-import-not-at-top
+  for dtype, errs in getattr(node, "workeroutput", {}).get("largest_errors", {}).items():
+    worst = _check.LARGEST.setdefault(dtype, [0.0, 0.0])
+    worst[:] = [max(a, b) for a, b in zip(worst, errs)]
 
 
 def pytest_terminal_summary(terminalreporter):

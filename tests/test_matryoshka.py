@@ -17,7 +17,7 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import reference
-from tests._check import compare, features, jaxpr_eqns, sampled
+from tests._check import checkerboard, compare, features, jaxpr_eqns, sampled
 from tests.test_qwen3 import batch as qwen3_batch
 
 FAMILIES = {
@@ -97,14 +97,12 @@ def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None
 
 
 def _product():
-  """Every (family, option, ladder, backend); a fixed ~1/6 of them run by default, chosen
-  so that each family, option, ladder and backend appears."""
-  cases = list(itertools.product(FAMILIES, OPTIONS, LADDERS, BACKENDS))
-  out = []
-  for i, case in enumerate(cases):
-    fast = i % 6 == 0 or (case[1] == "all" and case[2] == "48")
-    out.append(case if fast else pytest.param(*case, marks=pytest.mark.slow))
-  return out
+  """Every (family, option, ladder, backend); by default a checkerboard eighth of them,
+  in which each family, option, ladder and backend appears, and every option "all" on
+  ladder "48"."""
+  return sampled(list(itertools.product(FAMILIES, OPTIONS, LADDERS, BACKENDS)),
+                 lambda i, c: c[1:3] == ("all", "48") or checkerboard(
+                     *zip(c, (FAMILIES, OPTIONS, LADDERS, BACKENDS)), mod=8))
 
 
 @pytest.mark.parametrize("family,option,ladder,backend", _product())

@@ -11,7 +11,7 @@ import pytest
 
 from memeff_jax import (lit_qwen3_loss, lit_qwen3_loss_with_stats, qwen3_loss,
                         qwen3_loss_with_stats, reference)
-from tests._check import compare, kernel_path_config, sampled
+from tests._check import checkerboard, compare, kernel_path_config, sampled
 
 BACKENDS = ["blockwise", "interpret"]
 
@@ -45,16 +45,19 @@ def _ref(lit, **opts):
 GROUPS = [(qq, dd) for qq in (False, True) for dd in (False, True)]
 
 
-# Every group x k x margin on blockwise; on the interpreter a third of them, chosen so
-# that every group, k and margin appears (the rest: slow).
+# By default two thirds of group x k x margin, a checkerboard third on each backend,
+# so that each backend sees every group, k and margin (the other third: slow).
+_FAMILY_GROUPS = [(False, qq, dd) for qq, dd in GROUPS] + [
+    (True, qq, False) for qq in (False, True)]   # LiT-Qwen3: no d-d
+_KS, _MARGINS = (0, 1, 5), (0.05, 0.1, 2.0)
 _GROUP_CASES = [(be, lit, qq, dd, k, margin) for be in BACKENDS
-                for lit, qq, dd in [(False, qq, dd) for qq, dd in GROUPS] +
-                [(True, qq, False) for qq in (False, True)]   # LiT-Qwen3: no d-d
-                for k in (0, 1, 5) for margin in (0.05, 0.1, 2.0)]
+                for lit, qq, dd in _FAMILY_GROUPS for k in _KS for margin in _MARGINS]
 
 
 @pytest.mark.parametrize("backend,lit,qq,dd,k,margin", sampled(
-    _GROUP_CASES, lambda i, c: c[0] == "blockwise" or i % 3 == 0))
+    _GROUP_CASES, lambda i, c: checkerboard(
+        (c[1:4], _FAMILY_GROUPS), (c[4], _KS), (c[5], _MARGINS), mod=3,
+        residue=BACKENDS.index(c[0]))))
 def test_groups(backend, lit, qq, dd, k, margin):
   q, doc, h = batch(k, 33, 24, k)
   opts = dict(margin=margin, use_qq_negatives=qq)
@@ -97,9 +100,11 @@ OPTIONS = {
 }
 
 
+# By default each (family, option, margin) on one backend, as a checkerboard.
 @pytest.mark.parametrize("backend,lit,option,margin", sampled(
     list(itertools.product(BACKENDS, [False, True], OPTIONS, [0.05, 2.0])),
-    lambda i, c: c[0] == "blockwise" or i % 2 == 0))   # the interpreter: half
+    lambda i, c: checkerboard((c[0], BACKENDS), (c[1], [False, True]), (c[2], OPTIONS),
+                              (c[3], [0.05, 2.0]))))
 def test_options(backend, lit, option, margin):
   b = 40
   q, doc, h = batch(7, b, 24, 3)
@@ -117,12 +122,15 @@ def test_options(backend, lit, option, margin):
 
 SHAPES = [(b, d) for b, d in itertools.product([1, 7, 129], [1, 16, 40, 72, 384])] + [
     (1000, 16), (1000, 384)]
+_DTYPES = (jnp.float32, jnp.bfloat16)
 
 
+# By default each (dtype, shape) on one backend, as a checkerboard; the interpreter at
+# b = 1000 (20-35 s each on CPU): one case (the rest: slow).
 @pytest.mark.parametrize("backend,dtype,b,d", sampled(
-    [(be, dt, b, d) for be in BACKENDS for dt in (jnp.float32, jnp.bfloat16) for b, d in SHAPES],
-    # the interpreter at b = 1000 (20-35 s each on CPU): one case
-    lambda i, c: not (c[0] == "interpret" and c[2] == 1000) or c[1:] == (jnp.float32, 1000, 384)))
+    [(be, dt, b, d) for be in BACKENDS for dt in _DTYPES for b, d in SHAPES],
+    lambda i, c: c[1:] == (jnp.float32, 1000, 384) if (c[0] == "interpret" and c[2] == 1000)
+    else checkerboard((c[0], BACKENDS), (c[1], _DTYPES), ((c[2], c[3]), SHAPES))))
 def test_shapes(backend, dtype, b, d):
   q, doc, h = batch(b + d, b, d, 2, dtype)
   opts = dict(use_qq_negatives=True, use_dd_negatives=True)
