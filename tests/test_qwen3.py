@@ -14,6 +14,7 @@ from memeff_jax import (lit_qwen3_loss, lit_qwen3_loss_with_stats, qwen3_loss,
 from tests._check import checkerboard, compare, kernel_path_config, sampled
 
 BACKENDS = ["blockwise", "interpret"]
+DTYPES = (jnp.float32, jnp.bfloat16)
 
 
 def batch(seed, b, d, k, dtype=jnp.float32):
@@ -69,7 +70,7 @@ def test_groups(backend, lit, qq, dd, k, margin):
 
 @pytest.mark.parametrize("lit", [False, True])
 @pytest.mark.parametrize("k", [0, 3])
-@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_tiled_path(lit, k, dtype):
   # The tiled forward and gradient (slabs of GEMM tiles) on every group, thresholds
   # and the symmetric q-q / d-d blocks, over several slabs.
@@ -101,10 +102,12 @@ OPTIONS = {
 
 
 # By default each (family, option, margin) on one backend, as a checkerboard.
+_OPTION_FACTORS = (BACKENDS, [False, True], OPTIONS, [0.05, 2.0])
+
+
 @pytest.mark.parametrize("backend,lit,option,margin", sampled(
-    list(itertools.product(BACKENDS, [False, True], OPTIONS, [0.05, 2.0])),
-    lambda i, c: checkerboard((c[0], BACKENDS), (c[1], [False, True]), (c[2], OPTIONS),
-                              (c[3], [0.05, 2.0]))))
+    list(itertools.product(*_OPTION_FACTORS)),
+    lambda i, c: checkerboard(*zip(c, _OPTION_FACTORS))))
 def test_options(backend, lit, option, margin):
   b = 40
   q, doc, h = batch(7, b, 24, 3)
@@ -122,15 +125,14 @@ def test_options(backend, lit, option, margin):
 
 SHAPES = [(b, d) for b, d in itertools.product([1, 7, 129], [1, 16, 40, 72, 384])] + [
     (1000, 16), (1000, 384)]
-_DTYPES = (jnp.float32, jnp.bfloat16)
 
 
 # By default each (dtype, shape) on one backend, as a checkerboard; the interpreter at
 # b = 1000 (20-35 s each on CPU): one case (the rest: slow).
 @pytest.mark.parametrize("backend,dtype,b,d", sampled(
-    [(be, dt, b, d) for be in BACKENDS for dt in _DTYPES for b, d in SHAPES],
+    [(be, dt, b, d) for be in BACKENDS for dt in DTYPES for b, d in SHAPES],
     lambda i, c: c[1:] == (jnp.float32, 1000, 384) if (c[0] == "interpret" and c[2] == 1000)
-    else checkerboard((c[0], BACKENDS), (c[1], _DTYPES), ((c[2], c[3]), SHAPES))))
+    else checkerboard((c[0], BACKENDS), (c[1], DTYPES), ((c[2], c[3]), SHAPES))))
 def test_shapes(backend, dtype, b, d):
   q, doc, h = batch(b + d, b, d, 2, dtype)
   opts = dict(use_qq_negatives=True, use_dd_negatives=True)
