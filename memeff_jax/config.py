@@ -46,9 +46,12 @@ class KernelConfig:
       sides and no max reductions (CLIP B = 65536 at D = 64: 6.5 -> 3.1 ms for the
       kernel). A statistic that comes out below the bound's exact range (a row of
       logits over ~115 below the scale, a fully masked row) or non-finite reruns
-      the exact forward (``lax.cond``), so the result is always the exact one to
-      fp32 rounding. The in-batch accuracy's maxima are then computed only for the
-      ``*_with_stats`` losses.
+      the exact forward (``lax.cond``), so no term is ever lost. Its rounding is
+      coarser: the exponent arguments z - shift reach ~96, so each term carries a
+      relative error of ~2^-17, ~30x the exact forward's; below 16-bit inputs' own
+      rounding, but visible in fp32 (debiased temperature gradients), so the
+      defaults turn it on for 16-bit inputs only. The in-batch accuracy's maxima
+      are then computed only for the ``*_with_stats`` losses.
     bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.
@@ -285,7 +288,8 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     0.13 -> 0.39 GiB) and left to the user above (B = 65536: 53.9 ms, 0.25 GiB;
     2048-row slabs 44.9 ms, 0.74 GiB; README, "Trading memory for speed").
   - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
-    second row sweep for the columns) and half-height tiles.
+    second row sweep for the columns) and half-height tiles, and no bounded forward
+    (``fwd_bounded``; the one-block Matryoshka forward is tiled, so it would be).
   - Matryoshka runs one plain block per dim (``matryoshka_per_dim``), each with the
     default tiles of its own prefix size, except fp32 at d_pad > 256, whose plain
     tiles are slow (fwd+bwd, CLIP, dims d/8..d: bf16 B = 65536 D = 128 50.8 ms against
@@ -299,9 +303,10 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     # The interpreter runs every program in Python: few, large tiles are fastest.
     return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
                         fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad,
-                        precision="ieee", max_programs=4, min_programs=1)
+                        precision="ieee", max_programs=4, min_programs=1,
+                        fwd_bounded=np.dtype(dtype).itemsize < 4)
   wide = np.dtype(dtype).itemsize >= 4
-  cfg = dataclasses.replace(_h100_config(d_pad, wide),
+  cfg = dataclasses.replace(_h100_config(d_pad, wide), fwd_bounded=not wide,
                             matryoshka_per_dim=not wide or d_pad <= 256)
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 

@@ -105,13 +105,13 @@ def kernel_path_config(path, d, dtype):
       "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
       "col_pass": dict(fwd_col_pass=True, fwd_block_m=32),
       # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
-      "tiled": dict(fwd_tiled=True, bwd_tiled=True, fwd_block_m=32, fwd_block_n=64,
-                    bwd_block_m=32, bwd_block_n=32, fwd_block_d=32, bwd_block_d=32,
-                    slab_kib=1, min_slab_rows=1),
+      "tiled": dict(fwd_tiled=True, fwd_bounded=True, bwd_tiled=True, fwd_block_m=32,
+                    fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,
+                    bwd_block_d=32, slab_kib=1, min_slab_rows=1),
       # the same, both towers' gradients from one set of slabs (bwd_pair)
-      "tiled_paired": dict(fwd_tiled=True, bwd_tiled=True, bwd_pair=True, fwd_block_m=32,
-                           fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,
-                           bwd_block_d=32, slab_kib=1, min_slab_rows=1),
+      "tiled_paired": dict(fwd_tiled=True, fwd_bounded=True, bwd_tiled=True, bwd_pair=True,
+                           fwd_block_m=32, fwd_block_n=64, bwd_block_m=32, bwd_block_n=32,
+                           fwd_block_d=32, bwd_block_d=32, slab_kib=1, min_slab_rows=1),
       "paired": dict(bwd_pair=True, slab_kib=1, min_slab_rows=1),
   }[path])
 

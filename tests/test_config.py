@@ -140,6 +140,17 @@ def test_matryoshka_per_dim_defaults(d, dtype):
   assert not KernelConfig().matryoshka_per_dim
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
+@pytest.mark.parametrize("d", [16, 512, 1152])
+def test_bounded_forward_defaults(d, dtype):
+  # The bounded forward rounds its exponent arguments at ~96 (docs/math.md §3): on by
+  # default for 16-bit inputs only, on the GPU and under the interpreter alike.
+  want = jnp.dtype(dtype).itemsize < 4
+  assert default_config(d, dtype).fwd_bounded == want
+  assert default_config(d, dtype, smem_kib=99).fwd_bounded == want
+  assert default_config(d, dtype, interpret=True).fwd_bounded == want
+
+
 @pytest.mark.parametrize("smem_kib", [None, 227, 99])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", [40, 512, 1152])
@@ -194,7 +205,7 @@ def test_tiled_gradient_needs_no_cond(path, conds):
   # pass (each checks the whole block).
   cfg = (default_config(16, jnp.float32, interpret=True) if path == "default" else
          kernel_path_config(path, 16, jnp.float32))
-  cfg = dataclasses.replace(cfg, fwd_tiled=True)
+  cfg = dataclasses.replace(cfg, fwd_tiled=True, fwd_bounded=True)
   x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
   jaxpr = jax.make_jaxpr(jax.value_and_grad(
       lambda a, b: mj.clip_loss(a, b, backend="interpret", config=cfg), argnums=(0, 1)))(x, y)
@@ -243,7 +254,8 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
       calls.append((k.get("bounded", False), k.get("want_max", True))), real(*a, **k))[1])
   fn = dict(clip=mj.clip_loss, lit=mj.lit_loss, qwen3=mj.qwen3_loss)[family]
   stats_fn = getattr(mj, f"{fn.__name__}_with_stats")
-  cfg = dataclasses.replace(default_config(16, jnp.float32, interpret=True), fwd_tiled=True)
+  cfg = dataclasses.replace(default_config(16, jnp.float32, interpret=True), fwd_tiled=True,
+                            fwd_bounded=True)
   x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
   loss = fn(x, y, backend="interpret", config=cfg)
   # (the exact rerun is traced too: lax.cond)

@@ -68,10 +68,10 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
   thr = (x @ y[:n].T).diagonal() + 0.02 if masked else None
   cfg = _cfg(d, jnp.float32)
   if tiled:   # both tiled passes, 64-row slabs (n = 777 spans 13 of them)
-    cfg = dataclasses.replace(cfg, fwd_tiled=True, bwd_tiled=True, fwd_block_m=64,
-                              fwd_block_n=64, fwd_block_d=32, bwd_block_m=64, bwd_block_n=64,
-                              bwd_block_d=32, fwd_num_stages=3, bwd_num_stages=3, slab_kib=1,
-                              min_slab_rows=1)
+    cfg = dataclasses.replace(cfg, fwd_tiled=True, fwd_bounded=True, bwd_tiled=True,
+                              fwd_block_m=64, fwd_block_n=64, fwd_block_d=32, bwd_block_m=64,
+                              bwd_block_n=64, bwd_block_d=32, fwd_num_stages=3,
+                              bwd_num_stages=3, slab_kib=1, min_slab_rows=1)
   spec = _core.BlockSpec(backend=mj._dispatch.resolve("triton"), two_sided=two_sided,
                          exclude_self=True, config=cfg)
   row_off, col_off = 0, 0
@@ -232,7 +232,7 @@ def test_bounded_forward_triton(rows, t, exact, dtype):
   # losses match the float64 reference either way.
   cos_lo, cos_hi, length = rows
   x, y = (length * v.astype(dtype) for v in _graded_rows(7, 1500, 64, cos_lo, cos_hi))
-  cfg = dataclasses.replace(_cfg(64, dtype), fwd_tiled=True)
+  cfg = dataclasses.replace(_cfg(64, dtype), fwd_tiled=True, fwd_bounded=True)
   lse_r, lse_c, _, _ = launch.lse_fwd(x, y, jnp.float32(1 / t), None, (0, 0), two_sided=True,
                                       exclude_self=True, config=cfg, interpret=False,
                                       bounded=True, want_max=False)

@@ -96,27 +96,13 @@ def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None
           temperature=t, dtype=dtype, **opts)
 
 
-# Known gap: the interpreter's one-block forward runs bounded (sums of 2^(z - shift)
-# against one shift per block, the kernel's exponent arguments rounded at magnitude
-# ~64-96), which leaves fp32 statistics ~30x less accurate than the exact forward's;
-# debiasing makes the temperature gradient a ~500x cancellation, so these cases miss the
-# fp32 bound (2.6e-4 to 6.6e-4 against 2e-4; with fwd_bounded=False 0.8e-5 to 1.1e-4).
-# benchmarks/NOTES.md, session 13. strict: a fix makes them fail until this is removed.
-_BOUNDED_FP32_GAP = {("qwen3", "tau", "48"), ("qwen3", "tau_rows", "48"),
-                     ("lit_qwen3", "tau", "48"), ("lit_qwen3", "tau_rows", "48"),
-                     ("lit_qwen3", "tau_rows", "64")}
-
-
 def _product():
   """Every (family, option, ladder, backend); by default a checkerboard eighth of them,
   in which each family, option, ladder and backend appears, and every option "all" on
   ladder "48"."""
-  gap = pytest.mark.xfail(strict=True, reason="bounded fp32 forward: see _BOUNDED_FP32_GAP")
-  return [pytest.param(*p.values, marks=(*p.marks, gap)) if (
-      p.values[3] == "interpret" and p.values[:3] in _BOUNDED_FP32_GAP) else p
-          for p in sampled(list(itertools.product(FAMILIES, OPTIONS, LADDERS, BACKENDS)),
-                           lambda i, c: c[1:3] == ("all", "48") or checkerboard(
-                               *zip(c, (FAMILIES, OPTIONS, LADDERS, BACKENDS)), mod=8))]
+  return sampled(list(itertools.product(FAMILIES, OPTIONS, LADDERS, BACKENDS)),
+                 lambda i, c: c[1:3] == ("all", "48") or checkerboard(
+                     *zip(c, (FAMILIES, OPTIONS, LADDERS, BACKENDS)), mod=8))
 
 
 @pytest.mark.parametrize("family,option,ladder,backend", _product())
