@@ -99,11 +99,8 @@ def lse2(z, AXIS: tl.constexpr):
 @triton.jit
 def load_keep(mask_ptr, idx, size, HAS_MASK: tl.constexpr):
   """The ``where`` mask (fp32 [size], 0 = removed) at ``idx`` as bools, False past
-  ``size``; a dummy without HAS_MASK. The forward kernels load it ahead of their GEMM
-  loop, where its latency hides: loaded after it, in the epilogue, the column mask of
-  the one-sided tiled forward (one scalar load per column a thread holds) cost LiT and
-  Qwen3 1.3-1.9 ms more at B = 65536, D = 512 on an H200 (benchmarks/NOTES.md,
-  session 13). The gradient loads it at its use (``coefficient``)."""
+  ``size``; a dummy without HAS_MASK. (The gradient loads it at its use, in
+  ``coefficient``.)"""
   keep = tl.zeros([1], dtype=tl.int1)
   if HAS_MASK:
     keep = tl.load(mask_ptr + idx, mask=idx < size, other=0.0) != 0
@@ -111,16 +108,45 @@ def load_keep(mask_ptr, idx, size, HAS_MASK: tl.constexpr):
 
 
 @triton.jit
-def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, m, keep_r, keep_c,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
-               HAS_MASK: tl.constexpr):
-  """``v`` [BLOCK_M, BLOCK_N] with ``fill`` on the self pairs (EXCLUDE_SELF; only tiles
-  holding the diagonal pay for the test), on the columns past m (``cols`` = col0 +
-  arange(BLOCK_N); only the last column tile pays) and, with HAS_MASK, on the rows
-  and columns whose ``where`` entry is removed (``keep_r`` [BLOCK_M], ``keep_c``
-  [BLOCK_N], from ``load_keep``)."""
+def load_bias(bias_ptr, idx, HAS_MASK: tl.constexpr):
+  """The forward kernels' ``where`` mask at ``idx`` as an additive logit bias, 0 kept,
+  -inf removed (``launch._bias_args``: padded so that every index a program reads is
+  in range); a dummy without HAS_MASK. Nothing is computed per element: with 8 warps
+  the load lands in the accumulator's layout (a load for every column a thread
+  holds), and a bounds mask, a compare and a select on each of them made the
+  one-sided tiled forward 34% longer in its sm_90 SASS and its kernel 7.2 -> 9.9 ms
+  (LiT, B = 65536, D = 512, H200); without them the masked forward takes 9.4 ms end to
+  end instead of 11.1 (plain 8.0; benchmarks/NOTES.md, session 14). Loaded ahead of
+  the GEMM loop, where its latency hides."""
+  bias = tl.zeros([1], dtype=tl.float32)
   if HAS_MASK:
-    v = tl.where(keep_r[:, None] & keep_c[None, :], v, fill)
+    bias = tl.load(bias_ptr + idx)
+  return bias
+
+
+@triton.jit
+def logits(s, scale2, bias_r, bias_c, HAS_MASK: tl.constexpr, ROW_MASK: tl.constexpr):
+  """z = s * scale2 (log2 units), -inf on the ``where``-removed columns and (ROW_MASK)
+  rows: the biases of ``load_bias`` fold into the multiply (a fused multiply-add an
+  entry, one more add for the rows) where selecting on the masks took two more
+  operations an entry. The forwards drop removed rows only where the columns'
+  statistics need it (TWO_SIDED): a removed row's own statistics are discarded by the
+  losses (removed rows are zeros, so they stay finite)."""
+  z = s * scale2
+  if HAS_MASK:
+    if ROW_MASK:
+      z = s * scale2 + bias_r[:, None] + bias_c[None, :]
+    else:
+      z = s * scale2 + bias_c[None, :]
+  return z
+
+
+@triton.jit
+def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, m, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr):
+  """``v`` [BLOCK_M, BLOCK_N] with ``fill`` on the self pairs (EXCLUDE_SELF; only tiles
+  holding the diagonal pay for the test) and on the columns past m (``cols`` = col0 +
+  arange(BLOCK_N); only the last column tile pays)."""
   if EXCLUDE_SELF:
     if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
       v = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), v, fill)
@@ -232,7 +258,9 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
         thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
         p = tl.where(s <= thr_c[None, :], p, 0.0)
       coef += g_c[None, :] * p
-  keep_r = load_keep(xm_ptr, row0 + tl.arange(0, BLOCK_M), n, HAS_MASK)
-  keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
-  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, keep_r, keep_c,
-                    BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
+  if HAS_MASK:
+    keep_r = load_keep(xm_ptr, row0 + tl.arange(0, BLOCK_M), n, HAS_MASK)
+    keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
+    coef = tl.where(keep_r[:, None] & keep_c[None, :], coef, 0.0)
+  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                    EXCLUDE_SELF)

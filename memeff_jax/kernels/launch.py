@@ -169,11 +169,23 @@ def _dot_precision(config: KernelConfig, dtype):
 
 # ---------------------------------------------------------------------- launchers
 def _mask_args(masks):
-  """Kernel arguments of the ``where`` masks: (x mask, y mask, HAS_MASK), fp32 0/1."""
+  """The gradient kernels' ``where`` arguments: (x mask, y mask, HAS_MASK), fp32 0/1."""
   if masks is None:
     dummy = jnp.zeros((1,), jnp.float32)
     return dummy, dummy, False
   return masks[0].astype(jnp.float32), masks[1].astype(jnp.float32), True
+
+
+def _bias_args(masks, rows, cols):
+  """The forward kernels' ``where`` arguments: (x bias, y bias, HAS_MASK), fp32 0 kept,
+  -inf removed, padded (removed) to ``rows`` / ``cols`` entries: every index a program
+  reads, so the kernels load them without bounds checks."""
+  if masks is None:
+    dummy = jnp.zeros((1,), jnp.float32)
+    return dummy, dummy, False
+  bias = lambda keep, size: jnp.pad(jnp.where(keep, 0.0, -jnp.inf).astype(jnp.float32),
+                                    (0, size - keep.shape[0]), constant_values=-jnp.inf)
+  return bias(masks[0], rows), bias(masks[1], cols), True
 
 
 def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, interpret,
@@ -210,9 +222,9 @@ def lse_fwd(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, config, i
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32)
   out_shapes = [jax.ShapeDtypeStruct((splits, n), f32),
                 jax.ShapeDtypeStruct((programs, m) if two_sided else (1,), f32)] * 2
-  xm, ym, has_mask = _mask_args(masks)
+  xb, yb, has_mask = _bias_args(masks, row_tiles * bm, _cdiv(m, bn) * bn)
   lse_row, lse_col, max_row, max_col = _call(
-      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), xm, ym, n, m, per_split,
+      _lse_fwd_kernel, x, y, scal, thr, _offsets(offsets), xb, yb, n, m, per_split,
       out_shapes=out_shapes, grid=(programs, splits), num_warps=config.fwd_num_warps,
       num_stages=config.fwd_num_stages, name="memeff/lse_fwd", interpret=interpret, D=d,
       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, ROW_THR=row_thr is not None,
@@ -253,13 +265,13 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   block_k, num_k = _chunks(d, config.fwd_block_d) if prefix is None else (
       prefix[2].chunk, d // prefix[2].chunk)
   k, segs, has_tab, x_tab, y_tab = _prefix_args(prefix, num_k)
-  xm, ym, has_mask = _mask_args(masks)
   col_tiles = _cdiv(m, bn)
   maxima = want_max or not bounded   # the exact epilogue always stores them
   # per row: the fp32 partials (log-sum-exps or sums, and maxima) of every column tile
   # (and, two-sided, of every row tile's columns)
   parts = (col_tiles + (_cdiv(m, bm) if two_sided else 0)) * (2 if maxima else 1)
   rows = _slab_rows(n, bm, 4 * k * parts, config)
+  xb, yb, has_mask = _bias_args(masks, _cdiv(n, rows) * rows, col_tiles * bn)
   f32 = jnp.float32
   scale2 = scale * LOG2E
   shift = scale2 - BOUND_HEADROOM
@@ -280,9 +292,8 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   def body(r0, carry):
     lse_row, lse_col, max_row, max_col = carry
     row_part, col_part, row_max, col_max = _call(
-        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, xm, ym, n,
-        m,
-        out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=warps,
+        _tile_lse_fwd_kernel, x, y, scal, thr, _offsets(offsets, r0), x_tab, y_tab, xb, yb, n,
+        m, out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=warps,
         num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=interpret,
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=exclude_self, TWO_SIDED=two_sided,
@@ -301,7 +312,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
   cols = jnp.full((k, m), empty, f32) if two_sided else None
   mcols = jnp.full((k, m), -jnp.inf, f32) if two_sided else None
   init = _compat.vary_like((padded, cols, padded if want_max else None,
-                            mcols if want_max else None), x, y, scale, *offsets, xm, ym)
+                            mcols if want_max else None), x, y, scale, *offsets, xb, yb)
   lse_row, lse_col, max_row, max_col = _slab_loop(n, rows, body, init)
   if bounded:   # shift + log2(sum), natural units (-inf where nothing was kept)
     lse_row, lse_col = (None if v is None else (shift + jnp.log2(v)) * LN2

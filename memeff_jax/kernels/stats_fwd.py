@@ -13,8 +13,9 @@ exponential per entry against a fixed shift serves both sides, with no maxima
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import (drop_pairs, load_keep, load_tile, lse2, lse2_merge,
-                                        safe_max, similarity, tile_origin, tile_similarity)
+from memeff_jax.kernels._common import (drop_pairs, load_bias, load_tile, logits, lse2,
+                                        lse2_merge, safe_max, similarity, tile_origin,
+                                        tile_similarity)
 
 
 @triton.jit
@@ -24,7 +25,8 @@ def _lse_fwd_kernel(
     scal_ptr,                # [1] fp32: scale * log2(e)
     thr_ptr,                 # [n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [2] int32: global offsets of row 0 and column 0
-    xm_ptr, ym_ptr,          # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
+    xb_ptr, yb_ptr,          # fp32 where biases of the rows / columns (0 kept, -inf removed),
+                             # padded to whole tiles, if HAS_MASK
     # sizes
     n, m,
     cols_per_split,          # columns one program sweeps (a multiple of BLOCK_N)
@@ -67,19 +69,19 @@ def _lse_fwd_kernel(
     thr = tl.zeros([BLOCK_M], dtype=tl.float32)
     if ROW_THR:
       thr = tl.load(thr_ptr + rows, mask=rows < n, other=0.0)
-    keep_r = load_keep(xm_ptr, rows, n, HAS_MASK)
+    bias_r = load_bias(xb_ptr, rows, HAS_MASK)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)   # running max (log2 units)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)            # running sum of 2^(z - m_i)
     for j0 in range(j_lo, j_hi, BLOCK_N):
       cols = j0 + tl.arange(0, BLOCK_N)
-      keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
+      bias_c = load_bias(yb_ptr, cols, HAS_MASK)
       s, _ = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                         NUM_D, PRECISION)
-      z = s * scale2
+      z = logits(s, scale2, bias_r, bias_c, HAS_MASK, TWO_SIDED)
       if ROW_THR:
         z = tl.where(s <= thr[:, None], z, float("-inf"))
-      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, m, keep_r, keep_c,
-                     BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
+      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                     EXCLUDE_SELF)
       m_new = tl.maximum(m_i, tl.max(z, 1))
       shift = safe_max(m_new)
       l_i = l_i * tl.exp2(m_i - shift) + tl.sum(tl.exp2(z - shift[:, None]), 1)
@@ -106,7 +108,8 @@ def _tile_lse_fwd_kernel(
     thr_ptr,                 # [K, n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [3] int32: global offsets of row 0 and column 0, first slab row
     xt_ptr, yt_ptr,          # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
-    xm_ptr, ym_ptr,          # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
+    xb_ptr, yb_ptr,          # fp32 where biases of the rows / columns (0 kept, -inf removed),
+                             # padded to whole slabs / tiles, if HAS_MASK
     # sizes
     n, m,
     # output pointers
@@ -153,8 +156,8 @@ def _tile_lse_fwd_kernel(
   rows = row0 + tl.arange(0, BLOCK_M)
   cols = col0 + tl.arange(0, BLOCK_N)
   local = local0 + tl.arange(0, BLOCK_M)
-  keep_r = load_keep(xm_ptr, rows, n, HAS_MASK)
-  keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
+  bias_r = load_bias(xb_ptr, rows, HAS_MASK)
+  bias_c = load_bias(yb_ptr, cols, HAS_MASK)
   s = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
   for k in tl.static_range(K):
     # dim k's chunks: [end of dim k - 1, end of dim k) (constexpr: inlined, an
@@ -166,12 +169,12 @@ def _tile_lse_fwd_kernel(
       a = tl.load(xt_ptr + k * n + rows, mask=rows < n, other=0.0)
       b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
       s_k = s * a[:, None] * b[None, :]
-    z = s_k * scale2
+    z = logits(s_k, scale2, bias_r, bias_c, HAS_MASK, TWO_SIDED)
     if ROW_THR:
       thr = tl.load(thr_ptr + k * n + rows, mask=rows < n, other=0.0)
       z = tl.where(s_k <= thr[:, None], z, float("-inf"))
-    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, keep_r, keep_c,
-                   BLOCK_M, BLOCK_N, EXCLUDE_SELF, HAS_MASK)
+    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                   EXCLUDE_SELF)
     if TWO_SIDED:
       if row0 + BLOCK_M > n:
         z = tl.where((rows < n)[:, None], z, float("-inf"))
