@@ -49,9 +49,10 @@ class KernelConfig:
       the exact forward (``lax.cond``), so no term is ever lost. Its rounding is
       coarser: the exponent arguments z - shift reach ~96, so each term carries a
       relative error of ~2^-17, ~30x the exact forward's; below 16-bit inputs' own
-      rounding, but visible in fp32 (debiased temperature gradients), so the
-      defaults turn it on for 16-bit inputs only. The in-batch accuracy's maxima
-      are then computed only for the ``*_with_stats`` losses.
+      rounding, but visible in fp32 (debiased temperature gradients), so
+      ``default_config`` turns it on for 16-bit inputs only (a bare
+      ``KernelConfig`` has it on). The in-batch accuracy's maxima are then
+      computed only for the ``*_with_stats`` losses.
     bwd_tiled: the gradient as slabs of coefficient tiles from GEMM-tile programs,
       multiplied into the gradient by an XLA dot (cuBLAS); otherwise the
       FlashAttention-shaped pass with the accumulator in registers.

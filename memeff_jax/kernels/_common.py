@@ -187,7 +187,7 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
                 COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
                 SHARED: tl.constexpr, TILE_SHIFT: tl.constexpr = False,
-                SPAN: tl.constexpr = 64.0):
+                SPAN: tl.constexpr = None):
   """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
@@ -205,7 +205,8 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
 
   TILE_SHIFT (both roles, plain statistics): the same, with t the largest finite lse
   of this tile's rows and columns and the factors g 2^(t - lse) computed here, where
-  every lse of the tile lies within SPAN of t; else (or NaN) one exponential per role.
+  every lse of the tile lies within SPAN (the launcher's ``SHARED_SPAN``) of t; else
+  (or NaN) one exponential per role.
   The choice is the tile's own, so no launcher-wide check (and no host round trip of
   a ``lax.cond``) is needed.
   """
