@@ -97,21 +97,10 @@ def lse2(z, AXIS: tl.constexpr):
 
 
 @triton.jit
-def load_keep(mask_ptr, idx, size, HAS_MASK: tl.constexpr):
-  """The ``where`` mask (fp32 [size], 0 = removed) at ``idx`` as bools, False past
-  ``size``; a dummy without HAS_MASK. (The gradient loads it at its use, in
-  ``coefficient``.)"""
-  keep = tl.zeros([1], dtype=tl.int1)
-  if HAS_MASK:
-    keep = tl.load(mask_ptr + idx, mask=idx < size, other=0.0) != 0
-  return keep
-
-
-@triton.jit
 def load_bias(bias_ptr, idx, HAS_MASK: tl.constexpr):
-  """The forward kernels' ``where`` mask at ``idx`` as an additive logit bias, 0 kept,
-  -inf removed (``launch._bias_args``: padded so that every index a program reads is
-  in range); a dummy without HAS_MASK. Nothing is computed per element: with 8 warps
+  """The ``where`` mask at ``idx`` as an additive logit bias, 0 kept, -inf removed
+  (``launch._bias_args``: padded so that every index a program reads is in range); a
+  dummy without HAS_MASK. Nothing is computed per element: with 8 warps
   the load lands in the accumulator's layout (a load for every column a thread
   holds), and a bounds mask, a compare and a select on each of them made the
   one-sided tiled forward 34% longer in its sm_90 SASS and its kernel 7.2 -> 9.9 ms
@@ -183,7 +172,7 @@ def row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M: tl.constexp
 
 @triton.jit
 def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r, lse_c_ptr,
-                g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
                 COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
                 SHARED: tl.constexpr, TILE_SHIFT: tl.constexpr = False,
@@ -193,10 +182,17 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
 
   with z = s * scale2 (log2 units). The row statistics come as [BLOCK_M] tensors
-  (rows out of range: lse = +inf, g = 0), the column ones are loaded here, and so are
-  the ``where`` masks, at their use (loaded ahead of the column loop, they lengthen the
-  FlashAttention-shaped gradient's live ranges: on an H200, CLIP at B = 65536, D = 512
-  with ``where`` took 61.5 instead of 52.4 ms; benchmarks/NOTES.md, session 13).
+  (rows out of range: lse = +inf, g = 0), the column ones are loaded here.
+
+  HAS_MASK (``where``): the launcher sends the removed rows' and columns' lse as +inf,
+  so each softmax role drops its own removed anchors, and the ``where`` biases of
+  ``load_bias`` (0 kept, -inf removed), added to the exponents, drop the other side:
+  the column bias in the row role, the row bias in the column role, both where one
+  exponential serves both. Every exponent is then finite or -inf (no NaN), and no
+  mask is tested per entry. The biases are loaded at their use (loaded ahead of the
+  column loop, the masks lengthened the FlashAttention-shaped gradient's live ranges:
+  on an H200, CLIP at B = 65536, D = 512 with ``where`` took 61.5 instead of 52.4 ms;
+  benchmarks/NOTES.md, session 13).
 
   SHARED (both roles): the launcher has rebased both roles on one shift t, passed as
   every row's lse (g_r, g_c then hold g 2^(t - lse); lse_c is not read), so one
@@ -212,6 +208,9 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
   """
   cols = col0 + tl.arange(0, BLOCK_N)
   z = s * scale2
+  if HAS_MASK:   # (b_r, b_c exist only here and under HAS_MASK below)
+    b_r = load_bias(xb_ptr, row0 + tl.arange(0, BLOCK_M), HAS_MASK)[:, None]
+    b_c = load_bias(yb_ptr, cols, HAS_MASK)[None, :]
   coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
   if TILE_SHIFT:
     tl.static_assert(HAS_ROW and HAS_COL and not SHARED)
@@ -222,12 +221,19 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
                    tl.max(tl.where(lse_c < float("inf"), lse_c, float("-inf")), 0))
     low = tl.minimum(tl.min(lse_r, 0), tl.min(lse_c, 0))
     if t - low <= SPAN:   # (False for NaN, or an empty row: lse = -inf)
-      e = tl.exp2(tl.minimum(z - t, 8.0))
+      if HAS_MASK:
+        e = tl.exp2(tl.minimum(s * scale2 + (b_r - t) + b_c, 8.0))
+      else:
+        e = tl.exp2(tl.minimum(z - t, 8.0))
       p_r = e * (g_r * tl.exp2(t - lse_r))[:, None]   # rows out of range: lse = +inf, 0
       p_c = e * (g_c * tl.exp2(t - lse_c))[None, :]
     else:
-      p_r = g_r[:, None] * tl.exp2(z - lse_r[:, None])
-      p_c = g_c[None, :] * tl.exp2(z - lse_c[None, :])
+      if HAS_MASK:
+        p_r = g_r[:, None] * tl.exp2(z - lse_r[:, None] + b_c)
+        p_c = g_c[None, :] * tl.exp2(z - lse_c[None, :] + b_r)
+      else:
+        p_r = g_r[:, None] * tl.exp2(z - lse_r[:, None])
+        p_c = g_c[None, :] * tl.exp2(z - lse_c[None, :])
     if ROW_THR:
       p_r = tl.where(s <= thr_r[:, None], p_r, 0.0)
     if COL_THR:
@@ -243,10 +249,16 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
     if COL_THR:
       thr_c = tl.load(thr_c_ptr + cols, mask=cols < m, other=0.0)
       f_c = tl.where(s <= thr_c[None, :], f_c, 0.0)
-    coef = tl.exp2(tl.minimum(z - lse_r[:, None], 8.0)) * (f_r + f_c)
+    if HAS_MASK:
+      coef = tl.exp2(tl.minimum(s * scale2 + (b_r - lse_r[:, None]) + b_c, 8.0)) * (f_r + f_c)
+    else:
+      coef = tl.exp2(tl.minimum(z - lse_r[:, None], 8.0)) * (f_r + f_c)
   else:
     if HAS_ROW:   # row-role softmax: g_i * P_ij
-      p = tl.exp2(z - lse_r[:, None])
+      if HAS_MASK:
+        p = tl.exp2(z - lse_r[:, None] + b_c)
+      else:
+        p = tl.exp2(z - lse_r[:, None])
       if ROW_THR:
         p = tl.where(s <= thr_r[:, None], p, 0.0)
       coef += g_r[:, None] * p
@@ -254,14 +266,13 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
       in_cols = cols < m
       lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
       g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
-      p = tl.exp2(z - lse_c[None, :])
+      if HAS_MASK:
+        p = tl.exp2(z - lse_c[None, :] + b_r)
+      else:
+        p = tl.exp2(z - lse_c[None, :])
       if COL_THR:
         thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
         p = tl.where(s <= thr_c[None, :], p, 0.0)
       coef += g_c[None, :] * p
-  if HAS_MASK:
-    keep_r = load_keep(xm_ptr, row0 + tl.arange(0, BLOCK_M), n, HAS_MASK)
-    keep_c = load_keep(ym_ptr, cols, m, HAS_MASK)
-    coef = tl.where(keep_r[:, None] & keep_c[None, :], coef, 0.0)
   return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
                     EXCLUDE_SELF)

@@ -24,7 +24,8 @@ def _lse_bwd_kernel(
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics (SHARED: lse_c unused)
     xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
-    xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
+    xb_ptr, yb_ptr,            # fp32 where biases of the rows / columns (0 kept, -inf
+                               # removed), padded to whole tiles, if HAS_MASK
     # sizes
     n, m,
     cols_per_split,            # columns one program sweeps (a multiple of BLOCK_N)
@@ -76,7 +77,7 @@ def _lse_bwd_kernel(
   if HAS_TAB:
     prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
                     cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
-                    g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr,
+                    g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr,
                     dx_ptr + pid_s.to(tl.int64) * n * D, cs_ptr + pid_s.to(tl.int64) * n,
                     tl.num_programs(2) * n, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D, K, SEGS,
                     HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION,
@@ -94,7 +95,7 @@ def _lse_bwd_kernel(
       s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                           NUM_D, PRECISION)
       coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                         lse_c_ptr, g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
+                         lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
                          HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
       if WANT_CS:
         cs += tl.sum(coef * s, 1)
@@ -117,7 +118,7 @@ def _lse_bwd_kernel(
 @triton.jit
 def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
                     cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
-                    g_c_ptr, thr_c_ptr, xm_ptr, ym_ptr, dx_ptr, cs_ptr, cs_stride,
+                    g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, dx_ptr, cs_ptr, cs_stride,
                     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, K: tl.constexpr,
                     SEGS: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
@@ -166,7 +167,7 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
                                     in_rows, BLOCK_M, HAS_ROW, ROW_THR)
       coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
                          thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
-                         xm_ptr, ym_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                         xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
                          EXCLUDE_SELF, HAS_MASK, SHARED)
       if WANT_CS:
         cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
@@ -198,7 +199,8 @@ def _tile_coef_bwd_kernel(
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [K, n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics
     xt_ptr, yt_ptr,            # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
-    xm_ptr, ym_ptr,            # [n], [m] fp32 where masks (0 = row removed), if HAS_MASK
+    xb_ptr, yb_ptr,            # fp32 where biases of the rows / columns (0 kept, -inf
+                               # removed), padded to whole tiles, if HAS_MASK
     # sizes
     n, m,
     # output pointers
@@ -255,7 +257,7 @@ def _tile_coef_bwd_kernel(
     lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
                                   in_rows, BLOCK_M, HAS_ROW, ROW_THR)
     coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                       lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xm_ptr, ym_ptr,
+                       lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xb_ptr, yb_ptr,
                        BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF,
                        HAS_MASK, False, TILE_SHIFT, SPAN)
     if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean

@@ -168,17 +168,9 @@ def _dot_precision(config: KernelConfig, dtype):
 
 
 # ---------------------------------------------------------------------- launchers
-def _mask_args(masks):
-  """The gradient kernels' ``where`` arguments: (x mask, y mask, HAS_MASK), fp32 0/1."""
-  if masks is None:
-    dummy = jnp.zeros((1,), jnp.float32)
-    return dummy, dummy, False
-  return masks[0].astype(jnp.float32), masks[1].astype(jnp.float32), True
-
-
 def _bias_args(masks, rows, cols):
-  """The forward kernels' ``where`` arguments: (x bias, y bias, HAS_MASK), fp32 0 kept,
-  -inf removed, padded (removed) to ``rows`` / ``cols`` entries: every index a program
+  """The kernels' ``where`` arguments: (x bias, y bias, HAS_MASK), fp32 0 kept, -inf
+  removed, padded (removed) to ``rows`` / ``cols`` entries: every index a program
   reads, so the kernels load them without bounds checks."""
   if masks is None:
     dummy = jnp.zeros((1,), jnp.float32)
@@ -322,7 +314,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, *, two_sided, exclude_self, co
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtype, config,
-                   interpret, scal, g_max, prefix, mask_args, pair):
+                   interpret, scal, g_max, prefix, masks, pair):
   """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
   then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
   feature segment k of y). ``side_stats``, ``flags``, ``scal`` and ``g_max`` come from
@@ -354,6 +346,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
   precision = _dot_precision(config, c_dtype)
   y_dot = y.astype(c_dtype)
   padded = _cdiv(n, rows) * rows
+  xb, yb, _ = _bias_args(masks, padded, col_tiles * bn)
   x_dot = jnp.pad(x, ((0, padded - n), (0, 0))).astype(c_dtype) if pair is not None else None
   segments = list(zip((0,) + ends[:-1], ends))
   # [rows, m] slab k times [m, features of segment k] (dx), or its transpose times the
@@ -365,7 +358,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
     dx, cs, dy, cs_col = carry
     c, cs_part, cs_col_part = _call(
         _tile_coef_bwd_kernel, x, y, scal[:1], _offsets(offsets, r0), *side_stats, x_tab,
-        y_tab, *mask_args, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
+        y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
         name="memeff/tile_coef_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
@@ -387,7 +380,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, *, side_stats, flags, want_cs, out_dtyp
       (jnp.zeros((padded, d), out_dtype), jnp.zeros((k, padded), f32) if want_cs else None,
        jnp.zeros((m, d), f32) if pair is not None else None,
        jnp.zeros((k, m), f32) if want_cs_col else None),
-      x, y, scale, *offsets, *side_stats, *mask_args)
+      x, y, scale, *offsets, *side_stats, xb, yb)
   dx, cs, dy, cs_col = _slab_loop(n, rows, body, init)
   unk = lambda v, cut: v[0, :cut] if prefix is None else v[:, :cut]
   dx, cs = dx[:n], (unk(cs, n) if want_cs else None)
@@ -423,19 +416,23 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
   g = lambda side: (side.g / g_max).astype(f32)
   thr = lambda side: dummy if side.thr is None else side.thr.astype(f32).reshape(-1)
 
+  if masks is not None:   # a removed anchor's softmax is empty: lse = +inf (coefficient)
+    gone = lambda side, keep: None if side is None else side._replace(
+        lse=jnp.where(keep, side.lse, jnp.inf))
+    row, col = gone(row, masks[0]), gone(col, masks[1])
+
   def stats(side):
     if side is None:
       return dummy, dummy, dummy
     return lse2(side).reshape(-1), g(side).reshape(-1), thr(side)
 
-  *mask_args, has_mask = _mask_args(masks)
-  flags = dict(HAS_MASK=has_mask, HAS_ROW=row is not None, HAS_COL=col is not None,
+  flags = dict(HAS_MASK=masks is not None, HAS_ROW=row is not None, HAS_COL=col is not None,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=exclude_self,
                WANT_CS=want_cs, PRECISION=config.precision)
   go = functools.partial(_lse_bwd_launch, x, y, scale, offsets, want_cs=want_cs,
                          out_dtype=out_dtype, config=config, interpret=interpret, scal=scal,
-                         g_max=g_max, prefix=prefix, mask_args=mask_args, pair=pair)
+                         g_max=g_max, prefix=prefix, masks=masks, pair=pair)
   plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
   if row is None or col is None or _bwd_tiled(config, pair):
     return plain()   # (the tiled kernel shares the exponential tile by tile)
@@ -458,27 +455,27 @@ def lse_bwd(x, y, scale, offsets, row, col, *, exclude_self, want_cs, out_dtype,
 
 
 def _lse_bwd_launch(x, y, scale, offsets, side_stats, flags, *, want_cs, out_dtype, config,
-                    interpret, scal, g_max, prefix, mask_args, pair):
+                    interpret, scal, g_max, prefix, masks, pair):
   """lse_bwd's launches for one form of the statistics (``side_stats``, ``flags``)."""
   if _bwd_tiled(config, pair):
     return _lse_bwd_tiled(x, y, scale, offsets, side_stats=side_stats, flags=flags,
                           want_cs=want_cs, out_dtype=out_dtype, config=config,
                           interpret=interpret, scal=scal, g_max=g_max, prefix=prefix,
-                          mask_args=mask_args, pair=pair)
+                          masks=masks, pair=pair)
   d = x.shape[1]
   if prefix is not None:   # Matryoshka: the ladder's chunks, every feature in one launch
     chunk = prefix[2].chunk
-    return _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_dtype,
+    return _lse_bwd_fa(x, y, scal, offsets, side_stats, masks, flags, want_cs, out_dtype,
                        config, interpret, chunk, d // chunk, prefix)
   block_d, num_d = _chunks(d, config.bwd_block_d)
   block_do, num_do = _chunks(d, config.bwd_block_do)
-  dx, cs = _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_dtype,
+  dx, cs = _lse_bwd_fa(x, y, scal, offsets, side_stats, masks, flags, want_cs, out_dtype,
                        config, interpret, block_d, num_d, None, block_do=block_do,
                        num_do=num_do)
   return dx, (None if cs is None else cs[0])
 
 
-def _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_dtype, config,
+def _lse_bwd_fa(x, y, scal, offsets, side_stats, masks, flags, want_cs, out_dtype, config,
                 interpret, block_d, num_d, prefix, block_do=None, num_do=1):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
   ``(dx, cs)``, cs [K, n] or None. ``block_do`` / ``num_do``: the plain body's feature
@@ -492,8 +489,9 @@ def _lse_bwd_fa(x, y, scal, offsets, side_stats, mask_args, flags, want_cs, out_
   dx_dtype = out_dtype if splits == 1 else f32
   out_shapes = [jax.ShapeDtypeStruct((splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((k, splits, n) if want_cs else (1,), f32)]
+  xb, yb, _ = _bias_args(masks, _cdiv(n, bm) * bm, _cdiv(m, bn) * bn)
   dx, cs = _call(
-      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, x_tab, y_tab, *mask_args,
+      _lse_bwd_kernel, x, y, scal, _offsets(offsets), *side_stats, x_tab, y_tab, xb, yb,
       n, m, per_split, out_shapes=out_shapes, grid=(_cdiv(n, bm), num_do, splits),
       num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
       name="memeff/lse_bwd", interpret=interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
