@@ -300,13 +300,13 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     under 227 KB or the launch fails; fp32 tiles are half as tall.
   """
   d_pad = _pow2(d)
+  wide = np.dtype(dtype).itemsize >= 4
   if interpret:
     # The interpreter runs every program in Python: few, large tiles are fastest.
     return KernelConfig(fwd_block_m=64, fwd_block_n=64, bwd_block_m=64, bwd_block_n=64,
                         fwd_block_d=d_pad, bwd_block_d=d_pad, bwd_block_do=d_pad,
                         precision="ieee", max_programs=4, min_programs=1,
-                        fwd_bounded=np.dtype(dtype).itemsize < 4)
-  wide = np.dtype(dtype).itemsize >= 4
+                        fwd_bounded=not wide)
   cfg = dataclasses.replace(_h100_config(d_pad, wide), fwd_bounded=not wide,
                             matryoshka_per_dim=not wide or d_pad <= 256)
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)

@@ -109,7 +109,8 @@ def test_qwen3_mask_drops_entries():
     masked = reference.qwen3_loss(jnp.asarray(q), jnp.asarray(doc), temperature=0.1, margin=0.0)
   np.testing.assert_allclose(masked, _naive.qwen3(q, doc, None, 0.1, 0.0)[0], rtol=1e-10)
   np.testing.assert_allclose(full, _naive.qwen3(q, doc, None, 0.1, 2.0)[0], rtol=1e-10)
-  assert float(masked) < float(full) - 1e-3   # row 1's positive (0 cosine) sits below q_1 . d_0: masked
+  # row 1's positive (0 cosine) sits below q_1 . d_0: masked
+  assert float(masked) < float(full) - 1e-3
 
 
 @pytest.mark.parametrize("eps", [0.1, 0.3])

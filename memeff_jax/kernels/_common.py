@@ -124,9 +124,8 @@ def logits(s, scale2, bias_r, bias_c, HAS_MASK: tl.constexpr, ROW_MASK: tl.const
   z = s * scale2
   if HAS_MASK:
     if ROW_MASK:
-      z = s * scale2 + bias_r[:, None] + bias_c[None, :]
-    else:
-      z = s * scale2 + bias_c[None, :]
+      z = z + bias_r[:, None]
+    z = z + bias_c[None, :]
   return z
 
 
