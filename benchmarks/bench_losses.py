@@ -57,6 +57,12 @@ for _name in ("clip", "lit", "qwen3", "qwen3_qqdd"):
   for _rows in (2048, 4096):
     LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)
 
+# A learnable temperature (a traced scalar input with a gradient, as CLIP trains it): the
+# gradient pass of x also sums c s for the temperature's gradient.
+for _name in ("clip", "lit", "qwen3"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  LOSSES[f"{_name}_tlearn"] = (_fn, _ref, _n, _arg + (_n,), dict(_kw, temperature="learned"), _g)
+
 # The exact forward (fwd_bounded=False: maxima-shifted statistics) against the default
 # bounded one, side by side.
 for _name in ("clip", "lit", "qwen3"):
@@ -71,6 +77,10 @@ def ladder(d):
 def _with_ladder(fn, kw, d):
   """The loss with its keywords bound, Matryoshka resolved for feature size d."""
   kw = dict(kw)
+  if kw.get("temperature") == "learned":   # the last input is the temperature
+    kw.pop("temperature")
+    inner = _with_ladder(fn, kw, d)
+    return lambda *a, **k: inner(*a[:-1], temperature=a[-1], **k)
   if kw.pop("matryoshka_eager", None):
     return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
   if kw.get("matryoshka_dims") == "ladder":
@@ -100,7 +110,10 @@ def inputs(name, b, d, dtype, seed=0):
   n = LOSSES[name][2]
   keys = jax.random.split(jax.random.key(seed), n)
   shapes = [(b, d), (b, d), (b, 7, d)][:n]
-  return [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
+  arrays = [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
+  if LOSSES[name][4].get("temperature") == "learned":
+    arrays.append(jnp.float32(0.07))
+  return arrays
 
 
 def dense(x, y, two_sided, temperature=0.07):
@@ -158,8 +171,9 @@ def bench_memeff(writer, name, b, d, reps):
   import memeff  # pylint: disable=g-import-not-at-top
   r = Result(name, "memeff", b, d, "bfloat16")
   kw = dict(LOSSES[name][4])
-  if "one_block" in kw or "where" in kw or "slab_rows" in kw:
-    r.note = "memeff has no counterpart (one-block Matryoshka, where=, slab budget)"
+  if "one_block" in kw or "where" in kw or "slab_rows" in kw or "temperature" in kw:
+    r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget, learnable "
+              "temperature)")
     writer.add(r)
     return
   base = name.replace("_mrl", "").replace("_eager", "")
