@@ -194,11 +194,16 @@ def _smem_limit(smem_kib: int | None) -> int:
 
 
 def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
-  """``cfg``, with the forward and/or gradient switched to tiled kernels (whose chunked
-  tiles need far less shared memory) where a launch would exceed ``smem_kib``
-  (8 KiB kept free for Triton's scratch). An H100/H200 (227 KiB) never needs it; an
-  A100 (163 KiB) or a consumer GPU (99 KiB) can. Not measured on those GPUs."""
+  """``cfg``, fitted where a launch would exceed ``smem_kib`` (8 KiB kept free for
+  Triton's scratch): a FlashAttention-shaped gradient first drops pipeline stages (down
+  to 2), then the forward and/or gradient switch to the tiled kernels (whose chunked
+  tiles need far less shared memory). An H100/H200 (227 KiB) never needs it; an A100
+  (163 KiB) or a consumer GPU (99 KiB) can (the 16-bit gradient at d_pad = 128 keeps
+  its tile there with 2 stages). Not measured on those GPUs."""
   limit = _smem_limit(smem_kib)
+  if not cfg.bwd_tiled:
+    while smem_bytes(cfg, d, itemsize)[1] > limit and cfg.bwd_num_stages > 2:
+      cfg = dataclasses.replace(cfg, bwd_num_stages=cfg.bwd_num_stages - 1)
   fwd, bwd = smem_bytes(cfg, d, itemsize)
   bk = 64 if itemsize < 4 else 32
   if fwd > limit:
@@ -237,8 +242,10 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
   passes (the ladder is laid out in chunks).
 
   retile (the GPU defaults; sm_90 compile and H200 timings at K = 4, D = 512,
-  benchmarks/NOTES.md): the forward 64 x 64 with 4 warps (67 ms against 77 for
-  128 x 64 with 8 warps: the K epilogues, not the GEMM, set its time). The
+  benchmarks/NOTES.md): the forward 128 x 64 with 4 warps for 16-bit inputs (the kernel
+  alone, bf16 bounded: 30.0 ms against 49.6 for 64 x 64 and 48.4 for 128 x 64 with 8
+  warps: the K epilogues, not the GEMM, set its time), 64 x 64 with 4 warps for fp32
+  (128 x 64 spills there: 142 against 80 ms). The
   FlashAttention-shaped gradient, 32 x 64 with 8 warps and 3 stages (no spills), for
   16-bit inputs, d_pad <= 512 and a ladder of 64-feature chunks (multiples of 64);
   narrower chunks (ragged ladders, fp32's 32) mean more, smaller accumulator tiles
@@ -253,10 +260,10 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
   fa = interpret or (itemsize < 4 and _pow2(dims[-1]) <= 512 and ladder_chunk(dims, bk) == bk)
   if retile:
     cfg = dataclasses.replace(
-        cfg, fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=bk, fwd_num_warps=4,
-        fwd_one_sided_warps=None, fwd_num_stages=3, bwd_tiled=not fa,
-        bwd_block_m=32 if fa else 64, bwd_block_n=64,
-        bwd_block_d=bk, bwd_num_warps=8, bwd_num_stages=3)
+        cfg, fwd_tiled=True, fwd_block_m=128 if itemsize < 4 else 64, fwd_block_n=64,
+        fwd_block_d=bk, fwd_num_warps=4, fwd_one_sided_warps=None, fwd_num_stages=3,
+        bwd_tiled=not fa, bwd_block_m=32 if fa else 64, bwd_block_n=64, bwd_block_d=bk,
+        bwd_num_warps=8, bwd_num_stages=3)
   limit = _smem_limit(smem_kib)
   for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
     if switch:
@@ -278,7 +285,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     against 8 warps: 7.0 vs 12.9 ms at D = 128 (the kernel alone), 8.9 vs 14.8 at
     256, 11.8 vs 17.1 at 512; one-sided blocks keep 8 at d_pad = 512 (4 lose 8%).
   - The gradient is FlashAttention-shaped up to d_pad = 512 with tiles as large as
-    its fp32 accumulator allows in registers: 128 x 64 with 4 warps at d_pad <= 128,
+    its fp32 accumulator allows in registers: 128 x 64 with 4 warps at d_pad <= 64,
+    64 x 128 with 4 warps at 128 (its pass 3.5 against 3.8 ms at B = 65536; 3.8 against
+    7.7 when it also sums c s for a learnable temperature, which made 128 x 64 spill),
     64 x 64 with 4 warps at 256, 64 x 64 with 8 warps at 512 (the 64 x 512
     accumulator is 128 registers a thread); above, the accumulator no longer fits
     and the gradient is tiled (coefficient slabs times cuBLAS) and paired
@@ -317,7 +326,7 @@ def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
   tiled = dict(res, fwd_block_d=64, fwd_tiled=True)   # 16-bit: the forward's GEMM tiles
   if d_pad <= 128:
     return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
-        _cfg((128, 128, 4, 3), (128, 64, 4, 3), **tiled)
+        _cfg((128, 128, 4, 3), (128, 64, 4, 3) if d_pad <= 64 else (64, 128, 4, 3), **tiled)
   if d_pad <= 256:
     return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res) if wide else \
         _cfg((128, 128, 4, 3), (64, 64, 4, 2), **tiled)
