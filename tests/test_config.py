@@ -157,9 +157,9 @@ def test_bounded_forward_defaults(d, dtype):
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_measured_tiles(dtype):
   # Tiles chosen from H200 timings (config.py, benchmarks/NOTES.md session 15): the
-  # 16-bit gradient at d_pad = 128 on 64 x 128 (at 64: 128 x 64), and one-block
-  # Matryoshka's forward on 128 x 64 for 16-bit inputs, 64 x 64 for fp32 (128 x 64
-  # spills there); both with 4 warps.
+  # 16-bit gradient at d_pad = 128 on 64 x 128 with 4 warps (at 64: 128 x 64; fp32
+  # keeps 128 x 64 with 8 warps), and one-block Matryoshka's forward on 128 x 64 with 4
+  # warps for 16-bit inputs, 64 x 64 for fp32 (128 x 64 spills there).
   wide = jnp.dtype(dtype).itemsize == 4
   grad = {128: (128, 64, 8) if wide else (64, 128, 4), 64: (128, 64, 8 if wide else 4)}
   for d, want in grad.items():
