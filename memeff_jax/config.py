@@ -254,7 +254,9 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
   gradient wherever it is not tiled. A user's config keeps its tiles (the launcher
   counts ``default_config``, whatever its ``matryoshka_per_dim``, as none); an untiled
   forward, and an untiled gradient where the rule above says tiled, are switched to
-  the tiled kernels, fitted to ``smem_kib`` (None: the H100's 227 KiB).
+  the tiled kernels, fitted to ``smem_kib`` (None: the H100's 227 KiB); so is a
+  FlashAttention-shaped gradient that does not fit it with 2 stages (an A100 keeps it
+  with 2; a 99 KiB GPU takes the tiled one).
   """
   bk = 64 if itemsize < 4 else 32
   fa = interpret or (itemsize < 4 and _pow2(dims[-1]) <= 512 and ladder_chunk(dims, bk) == bk)
@@ -265,6 +267,15 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
         bwd_tiled=not fa, bwd_block_m=32 if fa else 64, bwd_block_n=64, bwd_block_d=bk,
         bwd_num_warps=8, bwd_num_stages=3)
   limit = _smem_limit(smem_kib)
+  if fa and not interpret and not cfg.bwd_tiled:
+    # Its pipeline buffers hold a column tile's every chunk: (stages - 1) x BLOCK_N x
+    # d_pad, plus ~40 KiB (Triton 3.6 for sm_80, 32 x 64 at D = 512, bf16: 167 KiB with
+    # 3 stages, over an A100's 163; 102 with 2). Fewer stages, else the tiled gradient.
+    need = lambda c: ((c.bwd_num_stages - 1) * c.bwd_block_n * _pow2(dims[-1]) * itemsize
+                      + 40 * 2**10)
+    while need(cfg) > limit and cfg.bwd_num_stages > 2:
+      cfg = dataclasses.replace(cfg, bwd_num_stages=cfg.bwd_num_stages - 1)
+    fa = need(cfg) <= limit
   for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
     if switch:
       chunk = min(bk, getattr(cfg, f"{pass_}_block_d"))

@@ -2,6 +2,12 @@
 its fit to GPUs with less shared memory, and KernelConfig's own validation."""
 
 import dataclasses
+import itertools
+import json
+import os
+import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -288,3 +294,70 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
   wrapper = getattr(classes, f"MemoryEfficient{name}Loss")(backend="interpret")
   assert float(wrapper(x, y)) == float(fn(x, y, backend="interpret"))
   assert calls and all(not want for _, want in calls), calls
+
+
+
+# The GPUs fit_smem fits to: (compute capability, KiB of shared memory one block may
+# use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
+# parts have the same 99 KiB).
+SMALLER_GPUS = [(80, 163), (86, 99)]
+_SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl"], [64, 128, 200, 384, 512,
+                                                                    1024, 1152],
+                                     [jnp.bfloat16, jnp.float32]))
+
+
+def _launches(monkeypatch, family, d, dtype, smem_kib):
+  """Every Triton launch of a training step of ``family`` at feature size d (batches of
+  300 and 65536) on a GPU with ``smem_kib`` KiB a block, as (kernel module, kernel name, signature, constexprs,
+  warps, stages): the backend's own config choice and the launchers' own arguments
+  (both branches of their conds), recorded instead of run."""
+  seen = set()
+
+  def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
+    ptr = lambda a: "*" + {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32",
+                           "int32": "i32"}[jnp.dtype(a.dtype).name]
+    sig = tuple("i32" if isinstance(a, int) else ptr(a) for a in (*args, *out_shapes))
+    seen.add((kernel.fn.__module__, kernel.fn.__name__, sig, tuple(sorted(constexprs.items())),
+              num_warps, num_stages))
+    return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
+
+  monkeypatch.setattr(launch._compat, "triton_call", record)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
+  monkeypatch.setattr(mj._dispatch, "_gpu_triton_error", lambda: None)
+  jax.clear_caches()   # (a cached trace would launch nothing)
+  kw = dict(backend="triton")
+  if family == "clip_mrl":   # one block: its own forward and gradient tiles
+    kw.update(matryoshka_dims=(d // 4, d // 2, d), config=dataclasses.replace(
+        launch.TritonBackend().default_config(d, dtype), matryoshka_per_dim=False))
+  fn = mj.lit_loss if family == "lit" else mj.clip_loss
+  step = jax.grad(lambda a, b, t: fn(a, b, temperature=t, **kw), argnums=(0, 1, 2))
+  for b in (300, 65536):   # (shapes only) small blocks pair their gradient, large do not
+    x = jax.ShapeDtypeStruct((b, d), dtype)
+    jax.eval_shape(step, x, x, jax.ShapeDtypeStruct((), jnp.float32))
+  return seen
+
+
+@pytest.mark.parametrize("cases", [
+    pytest.param(_SMEM_CASES[::4], id="sample"),
+    pytest.param(_SMEM_CASES, id="all", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("cc,smem_kib", SMALLER_GPUS)
+def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cases):
+  # The kernels a step launches there, compiled for that GPU by the installed Triton
+  # (no GPU needed; in a process of its own, as this one runs Triton's interpreter):
+  # the shared memory the compiler reports is at most the GPU's, i.e. fit_smem's
+  # estimate (made from H200 launches) holds for that compiler and architecture.
+  pytest.importorskip("triton.backends.nvidia")
+  launches = set()
+  for family, d, dtype in cases:
+    found = _launches(monkeypatch, family, d, dtype, smem_kib)
+    assert found, (family, d, dtype)   # (the step did reach the kernels)
+    launches |= found
+  specs = sorted(launches, key=repr)
+  env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+  out = subprocess.run([sys.executable, "-m", "tests.helpers.compiled_smem", str(cc)],
+                       input=json.dumps([[*s[:3], dict(s[3]), *s[4:]] for s in specs]),
+                       capture_output=True, text=True, env=env, check=True,
+                       cwd=pathlib.Path(__file__).parents[1])
+  shared = json.loads(out.stdout.splitlines()[-1])
+  over = [(s[1], s[3], s[4], s[5], b) for s, b in zip(specs, shared) if b > smem_kib * 2**10]
+  assert len(shared) == len(specs) and not over, over
