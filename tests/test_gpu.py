@@ -343,3 +343,26 @@ def test_paired_fp16_triton(family, d):
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, **kw, **k),
           lambda *a, **k: ref(*a, **kw, **k), arrays, dtype=jnp.float16, tau_plus=0.05,
           label_smoothing=0.1, lse_square_scale=1e-3)
+
+
+@pytest.mark.parametrize("smem_kib", [163, 99])
+def test_matryoshka_fitted_to_smaller_gpus_triton(monkeypatch, smem_kib):
+  # One-block Matryoshka CLIP (bf16, D = 512) on the tiles an A100 (163 KiB a block:
+  # its FlashAttention-shaped gradient with 2 stages) or a 99 KiB GPU (the tiled
+  # gradient) gets, run here against the fused float64 reference.
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
+  b, d, dims = 300, 512, (64, 128, 256, 512)
+  cfg = dataclasses.replace(launch.TritonBackend().default_config(d, jnp.bfloat16),
+                            matryoshka_per_dim=False)
+  fitted = launch.TritonBackend()._setup(
+      _core.BlockSpec(backend=launch.TritonBackend(), config=cfg, dims=dims),
+      jnp.zeros((b, d), jnp.bfloat16), None, None)[0]
+  assert ((not fitted.bwd_tiled and fitted.bwd_num_stages == 2) if smem_kib == 163 else
+          fitted.bwd_tiled)
+  arrays = features(b + d, [(b, d), (b, d)], jnp.bfloat16)
+  weights = tuple(np.linspace(0.5, 1.5, len(dims)))
+  compare(lambda *a, **k: mj.clip_loss(*a, backend="triton", config=cfg, matryoshka_dims=dims,
+                                       matryoshka_weights=weights, **k),
+          lambda *a, **k: reference.matryoshka_fused_with_stats(
+              reference.clip_loss_with_stats, *a, dims=dims, weights=weights, **k)[0],
+          arrays, dtype=jnp.bfloat16, tau_plus=0.05, label_smoothing=0.1, lse_square_scale=1e-3)
