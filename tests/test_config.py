@@ -296,7 +296,6 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
   assert calls and all(not want for _, want in calls), calls
 
 
-
 # The GPUs fit_smem fits to: (compute capability, KiB of shared memory one block may
 # use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
 # parts have the same 99 KiB).
@@ -308,9 +307,9 @@ _SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl"], [64, 128, 200,
 
 def _launches(monkeypatch, family, d, dtype, smem_kib):
   """Every Triton launch of a training step of ``family`` at feature size d (batches of
-  300 and 65536) on a GPU with ``smem_kib`` KiB a block, as (kernel module, kernel name, signature, constexprs,
-  warps, stages): the backend's own config choice and the launchers' own arguments
-  (both branches of their conds), recorded instead of run."""
+  300 and 65536) on a GPU with ``smem_kib`` KiB a block, as (kernel module, kernel
+  name, signature, constexprs, warps, stages): the backend's own config choice and the
+  launchers' own arguments (both branches of their conds), recorded instead of run."""
   seen = set()
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):

@@ -8,24 +8,15 @@ import importlib
 import json
 import sys
 
-import triton
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+
+from benchmarks.sass_fingerprint import compile_kernel
 
 
 def shared_bytes(module, name, sig, constexprs, warps, stages, cc):
   kernel = getattr(importlib.import_module(module), name)
-  names = kernel.arg_names
-  runtime = [a for a in names if a not in constexprs]
-  signature = dict(zip(runtime, sig)) | {k: "constexpr" for k in constexprs}
-  # jax-triton marks every array argument 16-byte aligned (so loads are pipelined).
-  attrs = {(names.index(a),): [["tt.divisibility", 16]] for a, t in signature.items()
-           if t.startswith("*")}
-  src = ASTSource(kernel, signature, attrs=attrs,
-                  constexprs={(names.index(k),): v for k, v in constexprs.items()})
-  compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32),
-                            options=dict(num_warps=warps, num_stages=stages))
-  return compiled.metadata.shared
+  return compile_kernel(kernel, sig, constexprs, warps, stages,
+                        GPUTarget("cuda", cc, 32)).metadata.shared
 
 
 if __name__ == "__main__":
