@@ -193,6 +193,14 @@ def _smem_limit(smem_kib: int | None) -> int:
   return ((227 if smem_kib is None else smem_kib) - 8) * 2**10
 
 
+def _fewer_stages(cfg: KernelConfig, need, limit: int) -> KernelConfig:
+  """``cfg`` with its FlashAttention-shaped gradient's pipeline stages dropped, down
+  to 2, until ``need(cfg)`` (its shared memory, bytes) is at most ``limit``."""
+  while need(cfg) > limit and cfg.bwd_num_stages > 2:
+    cfg = dataclasses.replace(cfg, bwd_num_stages=cfg.bwd_num_stages - 1)
+  return cfg
+
+
 def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
   """``cfg``, fitted where a launch would exceed ``smem_kib`` (8 KiB kept free for
   Triton's scratch): a FlashAttention-shaped gradient first drops pipeline stages (down
@@ -202,8 +210,7 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   its tile there with 2 stages). Not measured on those GPUs."""
   limit = _smem_limit(smem_kib)
   if not cfg.bwd_tiled:
-    while smem_bytes(cfg, d, itemsize)[1] > limit and cfg.bwd_num_stages > 2:
-      cfg = dataclasses.replace(cfg, bwd_num_stages=cfg.bwd_num_stages - 1)
+    cfg = _fewer_stages(cfg, lambda c: smem_bytes(c, d, itemsize)[1], limit)
   fwd, bwd = smem_bytes(cfg, d, itemsize)
   bk = 64 if itemsize < 4 else 32
   if fwd > limit:
@@ -273,8 +280,7 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
     # 3 stages, over an A100's 163; 102 with 2). Fewer stages, else the tiled gradient.
     need = lambda c: ((c.bwd_num_stages - 1) * c.bwd_block_n * _pow2(dims[-1]) * itemsize
                       + 40 * 2**10)
-    while need(cfg) > limit and cfg.bwd_num_stages > 2:
-      cfg = dataclasses.replace(cfg, bwd_num_stages=cfg.bwd_num_stages - 1)
+    cfg = _fewer_stages(cfg, need, limit)
     fa = need(cfg) <= limit
   for pass_, switch in (("fwd", not cfg.fwd_tiled), ("bwd", not cfg.bwd_tiled and not fa)):
     if switch:

@@ -352,11 +352,10 @@ def test_matryoshka_fitted_to_smaller_gpus_triton(monkeypatch, smem_kib):
   # gradient) gets, run here against the fused float64 reference.
   monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
   b, d, dims = 300, 512, (64, 128, 256, 512)
-  cfg = dataclasses.replace(launch.TritonBackend().default_config(d, jnp.bfloat16),
-                            matryoshka_per_dim=False)
-  fitted = launch.TritonBackend()._setup(
-      _core.BlockSpec(backend=launch.TritonBackend(), config=cfg, dims=dims),
-      jnp.zeros((b, d), jnp.bfloat16), None, None)[0]
+  backend = launch.TritonBackend()
+  cfg = dataclasses.replace(backend.default_config(d, jnp.bfloat16), matryoshka_per_dim=False)
+  fitted = backend._setup(_core.BlockSpec(backend=backend, config=cfg, dims=dims),
+                          jnp.zeros((b, d), jnp.bfloat16), None, None)[0]
   assert ((not fitted.bwd_tiled and fitted.bwd_num_stages == 2) if smem_kib == 163 else
           fitted.bwd_tiled)
   arrays = features(b + d, [(b, d), (b, d)], jnp.bfloat16)
