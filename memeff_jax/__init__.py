@@ -8,6 +8,7 @@ from memeff_jax.clip import clip_loss
 from memeff_jax.clip import clip_loss_with_stats
 from memeff_jax.config import KernelConfig
 from memeff_jax.config import default_config
+from memeff_jax.grad_caching import grad_cache
 from memeff_jax.lit import lit_loss
 from memeff_jax.lit import lit_loss_with_stats
 from memeff_jax.matryoshka import matryoshka
@@ -25,6 +26,7 @@ __all__ = [
     "clip_loss",
     "clip_loss_with_stats",
     "default_config",
+    "grad_cache",
     "lit_loss",
     "lit_loss_with_stats",
     "lit_qwen3_loss",
