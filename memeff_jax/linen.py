@@ -25,6 +25,39 @@ Example:
   >>> grads = jax.grad(lambda v: loss_fn.apply(v, x, y))(variables)
   >>> bool(grads["params"]["logit_scale"] != 0)
   True
+
+Large batches: :func:`grad_cache` (the functional :func:`memeff_jax.grad_cache`,
+re-exported here) takes the parameters as one pytree, so a ``TrainState`` holds the
+towers' and the loss module's together and dropout keys come from the step's ``rng``
+(docs/math.md §11). Mutable collections (``batch_stats``) are not threaded through
+the chunks: towers with BatchNorm belong in :func:`memeff_jax.nnx.grad_cache`::
+
+  >>> import flax.linen as nn, optax
+  >>> from flax.training import train_state
+  >>> class Tower(nn.Module):
+  ...   @nn.compact
+  ...   def __call__(self, x, train=True):
+  ...     return nn.Dense(8)(nn.Dropout(0.1, deterministic=not train)(x))
+  >>> image, text = Tower(), Tower()
+  >>> batch = {"img": x, "txt": y}
+  >>> params = {"image": image.init(jax.random.key(2), x, train=False)["params"],
+  ...           "text": text.init(jax.random.key(3), y, train=False)["params"],
+  ...           "loss": variables["params"]}
+  >>> def embed(p, chunk, key):
+  ...   k1, k2 = jax.random.split(key)
+  ...   return {"img": image.apply({"params": p["image"]}, chunk["img"], rngs={"dropout": k1}),
+  ...           "txt": text.apply({"params": p["text"]}, chunk["txt"], rngs={"dropout": k2})}
+  >>> def loss(p, e):
+  ...   return loss_fn.apply({"params": p["loss"]}, e["img"], e["txt"])
+  >>> step = mlinen.grad_cache(embed, loss, chunk_size=4)
+  >>> state = train_state.TrainState.create(apply_fn=None, params=params, tx=optax.adam(1e-3))
+  >>> @jax.jit
+  ... def train_step(state, batch, rng):
+  ...   value, grads = step(state.params, batch, jax.random.fold_in(rng, state.step))
+  ...   return state.apply_gradients(grads=grads), value
+  >>> state, value = train_step(state, batch, jax.random.key(4))
+  >>> int(state.step)
+  1
 """
 
 from __future__ import annotations
@@ -41,10 +74,11 @@ import memeff_jax
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, temperature_from_log_scale)
 from memeff_jax.config import KernelConfig
+from memeff_jax.grad_caching import grad_cache
 
 Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 
-__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss"]
+__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
 
 # Attributes that are not loss options (Linen's own, and the temperature's).
 _NOT_OPTIONS = frozenset({"parent", "name", "temperature", "learnable", "max_logit_scale"})

@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Literal, Sequence
+from typing import Any, Callable, Hashable, Literal, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -43,10 +43,11 @@ import memeff_jax
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, temperature_from_log_scale)
 from memeff_jax.config import KernelConfig
+from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
 
 Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 
-__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss"]
+__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
 
 _INIT_DOC = """
   Args:
@@ -218,3 +219,91 @@ for _cls, _extra in ((CLIPLoss, ""), (LiTLoss, ""),
                      (Qwen3Loss, _QWEN3_EXTRA.format(dd=", use_dd_negatives")),
                      (LiTQwen3Loss, _QWEN3_EXTRA.format(dd=""))):
   _cls.__doc__ += _INIT_DOC.format(fn=_cls._function, extra=_extra)
+
+
+def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
+               has_aux: bool = False, wrt: Any = nnx.Param) -> Callable:
+  """:func:`memeff_jax.grad_cache` for NNX modules: a large-batch step in one chunk's
+  encoder memory (docs/math.md §11).
+
+  ``step = grad_cache(embed_fn, loss_fn, chunk_size=c)`` returns ``step(model, batch)
+  -> (loss, grads)`` (``((loss, aux), grads)`` with ``has_aux``), equal to
+  ``nnx.value_and_grad(plain, argnums=nnx.DiffState(0, wrt))(model)`` with::
+
+    def plain(model):
+      E = concatenate([embed_fn(model, chunk_i) for each chunk], axis=0)
+      return loss_fn(model, E)
+
+  ``grads`` is the ``nnx.State`` of ``wrt`` (``nnx.Param``) that
+  ``nnx.Optimizer.update`` takes. The model's other state is threaded as in ``plain``:
+  RNG streams (dropout) advance chunk by chunk and batch statistics are updated once
+  per chunk; each chunk's gradient pass replays the state its first pass saw, so its
+  dropout masks are the same, and leaves no trace. After the step the model holds the
+  state ``plain`` would have left. Put the loss module (its learnable temperature) in
+  the model and call it from ``loss_fn``.
+
+  Args:
+    embed_fn: ``embed_fn(model, chunk) -> embeddings``, a pytree of ``[rows, ...]``
+      arrays for a chunk of ``rows`` rows of ``batch``.
+    loss_fn: ``loss_fn(model, embeddings) -> loss`` (``(loss, aux)`` with ``has_aux``)
+      over the whole batch's embeddings.
+    chunk_size: rows per encoder call, a positive int (the last chunk may be shorter).
+    has_aux: ``loss_fn`` returns ``(loss, aux)``.
+    wrt: the filter of the state that gets gradients (``nnx.Param``).
+
+  Returns:
+    ``step(model, batch)``; use it inside ``nnx.jit``.
+
+  Raises:
+    ValueError: as :func:`memeff_jax.grad_cache`.
+
+  Example:
+    >>> import jax, jax.numpy as jnp, optax
+    >>> from flax import nnx
+    >>> from memeff_jax import nnx as mnnx
+    >>> class DualEncoder(nnx.Module):
+    ...   def __init__(self, rngs):
+    ...     self.image = nnx.Linear(12, 8, rngs=rngs)
+    ...     self.text = nnx.Linear(10, 8, rngs=rngs)
+    ...     self.drop = nnx.Dropout(0.1, rngs=rngs)
+    ...     self.loss = mnnx.CLIPLoss(temperature=0.07, backend="blockwise")
+    >>> model = DualEncoder(nnx.Rngs(0, dropout=1))
+    >>> optimizer = nnx.Optimizer(model, optax.adam(1e-3), wrt=nnx.Param)
+    >>> step = mnnx.grad_cache(
+    ...     lambda m, b: {"img": m.drop(m.image(b["img"])), "txt": m.text(b["txt"])},
+    ...     lambda m, e: m.loss(e["img"], e["txt"]), chunk_size=16)
+    >>> @nnx.jit
+    ... def train_step(model, optimizer, batch):
+    ...   loss, grads = step(model, batch)
+    ...   optimizer.update(model, grads)
+    ...   return loss
+    >>> k1, k2 = jax.random.split(jax.random.key(0))
+    >>> batch = {"img": jax.random.normal(k1, (40, 12)),
+    ...          "txt": jax.random.normal(k2, (40, 10))}
+    >>> bool(jnp.isfinite(train_step(model, optimizer, batch)))
+    True
+  """
+  chunk_size = check_chunk_size(chunk_size)
+
+  def step(model, batch):
+    graphdef, params, state = nnx.split(model, wrt, ...)
+
+    def run(fn, p, st, arg):   # fn on the merged module, and the state it leaves
+      m = nnx.merge(graphdef, p, st, copy=True)   # fresh Variables in this trace
+      out = fn(m, arg)
+      return out, nnx.split(m, wrt, ...)[2]
+
+    def embed(p, st, chunk, i):
+      del i
+      return run(embed_fn, p, st, chunk)
+
+    def loss(p, st, e):
+      out, st = run(loss_fn, p, st, e)
+      return (out[0], (out[1], st)) if has_aux else (out, (None, st))
+
+    (value, aux), grads, state = cached_value_and_grad(embed, loss, params, state, batch,
+                                                       chunk_size)
+    nnx.update(model, state)
+    return ((value, aux) if has_aux else value), grads
+
+  return step
