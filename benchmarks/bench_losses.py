@@ -50,8 +50,9 @@ for _name in ("clip", "qwen3"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   LOSSES[f"{_name}_where"] = (_fn, _ref, _n, _arg, dict(_kw, where="tenth"), _g)
 
-# Memory for speed: bwd_pair with coefficient slabs of 2048 / 4096 rows (README, "Trading
-# memory for speed"); LiT trains one tower, so its gradient is unchanged.
+# Memory for speed: bwd_pair with coefficient slabs of 2048 / 4096 rows
+# (docs/benchmarks.md, "Trading memory for speed"); LiT trains one tower, so its gradient
+# is unchanged.
 for _name in ("clip", "lit", "qwen3", "qwen3_qqdd"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   for _rows in (2048, 4096):

@@ -1,4 +1,4 @@
-"""Render the README's Matryoshka table from the CSVs of one device call (and,
+"""Render the Matryoshka table of docs/benchmarks.md from the CSVs of one GPU run (and,
 optionally, the one-block rows of another: their column says so).
 
   python benchmarks/render_mrl.py benchmarks/results/h200_mrl_triton.csv \

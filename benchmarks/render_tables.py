@@ -1,9 +1,13 @@
-"""Render the README's benchmark tables and plots from the CSVs of the device runs.
+"""Render the benchmark tables and plots of the README and docs/benchmarks.md from the CSVs
+of the device runs.
 
-  python benchmarks/render_tables.py --results benchmarks/results --readme README.md
+  python benchmarks/render_tables.py --results benchmarks/results \
+      --readme README.md --benchmarks docs/benchmarks.md
 
-Every generated part of the README sits between markers, <!-- KIND:NAME --> and
-<!-- /KIND:NAME -->, and is rewritten from the CSVs, so no number there is typed by hand:
+Every generated part of those files sits between markers, <!-- KIND:NAME --> and
+<!-- /KIND:NAME -->, and is rewritten from the CSVs, so no number there is typed by hand.
+A marker may appear in either file (the README keeps the headline, docs/benchmarks.md has
+every section):
 
   table:headline        every loss at B = 65536, D = 512: memeff_jax vs memeff
   text:headline-more    B = 16384 against the dense XLA loss, and B = 1,048,576
@@ -15,8 +19,9 @@ Every generated part of the README sits between markers, <!-- KIND:NAME --> and
   table:ring, plot:ring multi-GPU scaling (bench_ring.py, bench_ring_memeff.py)
 
 Inputs are <prefix>_<stage>*.csv in --results (prefix "h200": the GPU); the plots go to
-<results>/plots. A section whose CSVs are missing keeps its text (ring: a placeholder).
---check writes nothing and exits 1 when the README is not up to date.
+<results>/plots, linked relative to each file. A section whose CSVs are missing keeps its
+text (ring: a placeholder). --check writes nothing and exits 1 when a file is not up to
+date.
 """
 
 from __future__ import annotations
@@ -360,15 +365,27 @@ def plot_ring(rows: list[dict], path: str, title: str) -> None:
   save(fig, path)
 
 
-# ---------------------------------------------------------------- README
+# ---------------------------------------------------------------- the files
 
 
-def sections(results: str, prefix: str, plots: str, readme_dir: str, later: list[str],
+class Link(str):
+  """A plot's image link, its path made relative to the file it is rendered into."""
+
+  def __new__(cls, png: str, alt: str):
+    out = super().__new__(cls, png)
+    out.alt = alt
+    return out
+
+  def relative_to(self, directory: str) -> str:
+    return f"![{self.alt}]({os.path.relpath(str(self), directory)})"
+
+
+def sections(results: str, prefix: str, plots: str, later: list[str],
              draw: bool) -> dict[str, str]:
   """"kind:name" of a marker -> its new content, for the sections whose CSVs exist."""
   path = lambda name: os.path.join(results, f"{prefix}_{name}.csv")
   have = lambda *names: all(os.path.exists(path(n)) for n in names)
-  link = lambda png, alt: f"![{alt}]({os.path.relpath(png, readme_dir)})"
+  link = Link
   gpu = prefix.upper()
   out = {}
   if have("headline_triton", "headline_memeff"):
@@ -413,44 +430,54 @@ def sections(results: str, prefix: str, plots: str, readme_dir: str, later: list
   return out
 
 
-def render(readme: str, new: dict[str, str]) -> str:
+def render(text: str, new: dict[str, str], directory: str) -> str:
+  """``text`` with every marker's content replaced; plot links relative to ``directory``."""
   def sub(m):
     kind, name, old = m.groups()
     key = f"{kind}:{name}"
     if key not in new:
       print(f"  {key}: no CSVs, kept as it is", file=sys.stderr)
       return m.group(0)
-    body = f"\n{new[key]}\n" if old.startswith("\n") else new[key]   # block or inline
+    content = new[key].relative_to(directory) if isinstance(new[key], Link) else new[key]
+    body = f"\n{content}\n" if old.startswith("\n") else content   # block or inline
     return f"<!-- {kind}:{name} -->{body}<!-- /{kind}:{name} -->"
-  return MARKER.sub(sub, readme)
+  return MARKER.sub(sub, text)
 
 
 def main(argv=None):
   p = argparse.ArgumentParser()
   p.add_argument("--results", default="benchmarks/results")
   p.add_argument("--readme", default="README.md")
+  p.add_argument("--benchmarks", default="docs/benchmarks.md",
+                 help="the full benchmark page (every section)")
   p.add_argument("--prefix", default="h200", help="the GPU the CSVs' names start with")
   p.add_argument("--plots", default=None, help="where the PNGs go (default <results>/plots)")
   p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv,{prefix}_shared_exp.csv,"
                  "{prefix}_bxd_4warps.csv,{prefix}_bxd_paired.csv,{prefix}_bxd_bounded.csv,"
                  "{prefix}_bxd_paired_small.csv,{prefix}_bxd_d128_tile.csv",
                  help="CSVs (in --results) of B x D cells measured after the table run")
-  p.add_argument("--check", action="store_true", help="exit 1 if the README is not current")
+  p.add_argument("--check", action="store_true", help="exit 1 if a file is not current")
   a = p.parse_args(argv)
   later = [f.format(prefix=a.prefix) for f in a.later.split(",") if f]
   later = [f for f in later if os.path.exists(os.path.join(a.results, f))]
-  with open(a.readme) as f:
-    old = f.read()
-  new = render(old, sections(a.results, a.prefix, a.plots or os.path.join(a.results, "plots"),
-                             os.path.dirname(os.path.abspath(a.readme)), later,
-                             draw=not a.check))
+  new = sections(a.results, a.prefix, a.plots or os.path.join(a.results, "plots"), later,
+                 draw=not a.check)
+  stale = []
+  for path in (a.readme, a.benchmarks):
+    with open(path) as f:
+      old = f.read()
+    text = render(old, new, os.path.dirname(os.path.abspath(path)))
+    if a.check:
+      print(f"{path}: {'up to date' if text == old else 'not up to date'}")
+      stale += [path] if text != old else []
+    elif text != old:
+      with open(path, "w") as f:
+        f.write(text)
+      print(f"{path}: rewritten")
+    else:
+      print(f"{path}: unchanged")
   if a.check:
-    print("up to date" if new == old else f"{a.readme} is not up to date")
-    sys.exit(int(new != old))
-  if new != old:
-    with open(a.readme, "w") as f:
-      f.write(new)
-  print(f"{a.readme}: {'rewritten' if new != old else 'unchanged'}")
+    sys.exit(int(bool(stale)))
 
 
 if __name__ == "__main__":

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# One packed device call, logs and CSVs in $OUT. Stages (pick with STAGES, default all):
+# One packed run on a GPU machine, logs and CSVs in $OUT. Stages (STAGES, default all):
 #   tests    the GPU tests, in 4 parallel pytest processes (compiling is the slow part)
 #   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
 #   mrl      Matryoshka (dims 64/128/256/512): fused per family (per dim and in one block),
 #            eager, plain, memeff's fused and eager, B = 65536, D = 512
-#   table    the README table: B x D for CLIP and LiT, every provider
+#   table    the B x D tables of docs/benchmarks.md: CLIP and LiT, every provider
 #   big      B = 1,048,576
 #   sweep    tile candidates of bench_configs.py
 #   ring     multi-GPU scaling, not in the default STAGES (it wants a machine with several
-#            GPUs): ring_jax then ring_memeff, each also a stage of its own (one device
-#            call each if both do not fit in one). ring_jax: bench_ring.py through sharded
+#            GPUs): ring_jax then ring_memeff, each also a stage of its own (one run
+#            each if both do not fit in one). ring_jax: bench_ring.py through sharded
 #            on 1 and all GPUs, with its correctness check (ring_memeff_jax.csv);
 #            ring_memeff: memeff's Distributed* losses under torchrun with 1 process, then
 #            one per GPU (ring_memeff_1.csv, ring_memeff_<N>.csv). RING_BATCH: global batches

@@ -15,11 +15,16 @@ the digit labels against the train embeddings. It writes a PNG: accuracy vs embe
 dim, and the loss curves. About 30 s on 2 CPU cores.
 
 Run from the checkout, with the package and its extras installed
-(``pip install -e ".[examples]"``): python examples/digits_matryoshka.py
-``DIGITS_STEPS`` (training steps) and ``DIGITS_PNG`` (output path) override the defaults.
+(``pip install -e ".[examples]"``): python examples/digits_matryoshka.py [PNG]
+The PNG goes to the path given, else to ``DIGITS_PNG``, else to
+``digits_matryoshka.png`` in the temporary folder; the committed picture is rewritten
+only when asked for (python examples/digits_matryoshka.py examples/digits_matryoshka.png).
+``DIGITS_STEPS`` sets the training steps (default 1000).
 """
 
 import os
+import sys
+import tempfile
 import time
 
 import jax
@@ -39,7 +44,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 DIMS = (8, 16, 32, 64)
 HIDDEN, BATCH, K = 256, 256, 5
 STEPS = int(os.environ.get("DIGITS_STEPS", 1000))
-PNG = os.environ.get("DIGITS_PNG", os.path.join(os.path.dirname(__file__), "digits_matryoshka.png"))
+PNG = (sys.argv[1] if len(sys.argv) > 1 else os.environ.get("DIGITS_PNG")
+       or os.path.join(tempfile.gettempdir(), "digits_matryoshka.png"))
 
 digits = load_digits()
 images = (digits.images / 16.0).astype(np.float32)  # [1797, 8, 8] in [0, 1]

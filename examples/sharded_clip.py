@@ -31,7 +31,10 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 import memeff_jax  # noqa: E402
 
 LATENT, IMAGE_DIM, TEXT_DIM, EMBED = 8, 32, 24, 16
-BATCH, STEPS = 512, 100  # BATCH: the global batch; it must split evenly over the devices
+# BATCH: the global batch. `sharded` takes any size (an uneven batch is padded with
+# removed rows through where=); make_batch below lays the batch out on the mesh with
+# jax.device_put, which needs a multiple of the device count.
+BATCH, STEPS = 512, 100
 
 mesh = Mesh(np.array(jax.devices()), ("batch",))
 print(f"{len(jax.devices())} devices, mesh {dict(mesh.shape)}, global batch {BATCH} "

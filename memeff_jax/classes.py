@@ -22,7 +22,9 @@ memeff class                                    memeff_jax call
 
 Options are keyword-only (memeff's constructors take keywords in its examples too);
 every class also takes ``backend=`` ("auto" by default). Values are validated when
-the loss is called, by the function, not at construction.
+the loss is called, by the function, not at construction. Every call returns the
+function's result: a float32 scalar (float64 for float64 inputs, with x64 enabled, on
+the blockwise and reference backends).
 
 The ``Distributed*`` classes differ from memeff's in what they return: memeff's
 forward returns this rank's additive share of the loss (all-reduce it to log it) and
@@ -243,7 +245,8 @@ class MemoryEfficientLiTQwen3Loss(_LiTQwen3Options):
                hard_negatives: ArrayLike | None = None, *,
                tau_plus: ArrayLike | None = None,
                where: ArrayLike | None = None) -> jax.Array:
-    """The loss of queries (trained), documents and hard negatives (locked).
+    """The loss of queries (trained), documents and hard negatives (locked): a float32
+    scalar.
 
     Args:
       query_features: [batch, d], trained.
@@ -262,6 +265,10 @@ for _cls in (MemoryEfficientCLIPLoss, MemoryEfficientLiTLoss, MemoryEfficientQwe
 # --- fused Matryoshka ------------------------------------------------------------------------
 
 _MRL_ATTRS = """
+  How it runs is the function's default: on a GPU, one plain block per dim
+  (``KernelConfig.matryoshka_per_dim``; 16-bit inputs, and fp32 up to a padded feature
+  size of 256), else one block whose feature pass serves every dim. Same loss.
+
   Attributes:
     dims: strictly increasing prefix sizes, the last equal to the feature size (passed
       as ``matryoshka_dims``). memeff also needs multiples of 64; any sizes work here.
@@ -405,8 +412,9 @@ class MatryoshkaLoss:
   ``sum_k w_k * base_loss(*(a[..., :m_k] for a in arrays), **kwargs)``: every prefix
   is renormalized by the base loss, one full loss pass per dim. The slicing is
   :func:`memeff_jax.matryoshka`'s (feature arrays, ``hard_negatives`` too, never
-  ``tau_plus``). Prefer the fused classes (or ``matryoshka_dims=``), which share one
-  pass over the similarity blocks.
+  ``tau_plus``). The fused classes (or ``matryoshka_dims=``) give the same loss, per-dim
+  statistics and every option applied per dim; on a GPU they too run one plain block
+  per dim by default (``KernelConfig.matryoshka_per_dim``).
 
   Attributes:
     base_loss: any loss callable: a class of this module or a function such as

@@ -65,7 +65,7 @@ class KernelConfig:
       accumulator for the columns' gradient, so it runs faster with taller slabs:
       on in the defaults where the gradient is tiled (16-bit, d_pad > 512), and the
       way to trade memory for speed at d = 512 (with ``min_slab_rows`` of 2048 or
-      more; README, "Trading memory for speed").
+      more; docs/benchmarks.md, "Trading memory for speed").
     bwd_pair_max_batch: blocks of at most this many columns (the batch, or one
       device's share of it through the ring) take ``bwd_pair`` even where it is off;
       0: none. The 16-bit defaults at d_pad = 512 pair up to 16384 columns (CLIP
@@ -313,7 +313,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     memory, so it is on for blocks of up to 16384 columns (``bwd_pair_max_batch``;
     CLIP B = 16384: 3.77 -> 2.99 ms, 0.13 -> 0.21 GiB; B = 32768: 13.4 -> 10.9 ms, but
     0.13 -> 0.39 GiB) and left to the user above (B = 65536: 53.9 ms, 0.25 GiB;
-    2048-row slabs 44.9 ms, 0.74 GiB; README, "Trading memory for speed").
+    2048-row slabs 44.9 ms, 0.74 GiB; docs/benchmarks.md, "Trading memory for speed").
   - fp32 inputs keep the sweep forward (resident row tile, online statistics, a
     second row sweep for the columns) and half-height tiles, and no bounded forward
     (``fwd_bounded``; the one-block Matryoshka forward is tiled, so it would be).

@@ -7,7 +7,7 @@ is a loss option, forwarded to the function at each call. ``module.apply(variabl
 x, y)`` is the loss; ``method="with_stats"`` gives ``(loss, stats)`` and
 ``method="current_temperature"`` the temperature in use.
 
-flax is an optional dependency (``pip install "memeff-jax[flax]"``); ``import
+flax is an optional dependency (in the checkout: ``pip install -e ".[flax]"``); ``import
 memeff_jax`` never imports it, this module does::
 
   from memeff_jax import linen as mlinen

@@ -7,7 +7,7 @@ keeps every other loss option given at construction as an attribute, and takes t
 arrays at call: ``module(x, y)`` is the loss, ``module.with_stats(x, y)`` the loss
 and its :class:`memeff_jax.ContrastiveStats`.
 
-flax is an optional dependency (``pip install "memeff-jax[flax]"``); ``import
+flax is an optional dependency (in the checkout: ``pip install -e ".[flax]"``); ``import
 memeff_jax`` never imports it, this module does::
 
   from memeff_jax import nnx as mnnx

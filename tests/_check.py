@@ -13,7 +13,7 @@ from memeff_jax.config import default_config
 
 from tests._tolerances import FP32, LOW, grad_err, rel_err
 
-# dtype name -> [largest value error, largest gradient error] seen this session
+# dtype name -> [largest value error, largest gradient error] seen in this test run
 # (printed by conftest's terminal summary).
 LARGEST = {}
 

@@ -162,7 +162,7 @@ def test_bounded_forward_defaults(d, dtype):
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32])
 def test_measured_tiles(dtype):
-  # Tiles chosen from H200 timings (config.py, benchmarks/NOTES.md session 15): the
+  # Tiles chosen from H200 timings (config.py, benchmarks/NOTES.md, f70b363): the
   # 16-bit gradient at d_pad = 128 on 64 x 128 with 4 warps (at 64: 128 x 64; fp32
   # keeps 128 x 64 with 8 warps), and one-block Matryoshka's forward on 128 x 64 with 4
   # warps for 16-bit inputs, 64 x 64 for fp32 (128 x 64 spills there).

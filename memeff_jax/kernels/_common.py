@@ -105,7 +105,7 @@ def load_bias(bias_ptr, idx, HAS_MASK: tl.constexpr):
   holds), and a bounds mask, a compare and a select on each of them made the
   one-sided tiled forward 34% longer in its sm_90 SASS and its kernel 7.2 -> 9.9 ms
   (LiT, B = 65536, D = 512, H200); without them the masked forward takes 9.4 ms end to
-  end instead of 11.1 (plain 8.0; benchmarks/NOTES.md, session 14). Loaded ahead of
+  end instead of 11.1 (plain 8.0; benchmarks/NOTES.md, a7d1076). Loaded ahead of
   the GEMM loop, where its latency hides."""
   bias = tl.zeros([1], dtype=tl.float32)
   if HAS_MASK:
@@ -191,7 +191,7 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
   mask is tested per entry. The biases are loaded at their use (loaded ahead of the
   column loop, the masks lengthened the FlashAttention-shaped gradient's live ranges:
   on an H200, CLIP at B = 65536, D = 512 with ``where`` took 61.5 instead of 52.4 ms;
-  benchmarks/NOTES.md, session 13).
+  benchmarks/NOTES.md, 1985f8c).
 
   SHARED (both roles): the launcher has rebased both roles on one shift t, passed as
   every row's lse (g_r, g_c then hold g 2^(t - lse); lse_c is not read), so one

@@ -138,7 +138,7 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
   per chunk): the GEMM work of one plain pass. Only the K coefficient tiles of the
   current column tile are kept (registers: 32 x 64 tiles with 8 warps fit an H200's
   255 per thread at D = 512, K = 4; 64-row tiles spill, and splitting the chunks
-  over several launches to fit them did not pay on an H200: NOTES.md, session 7).
+  over several launches to fit them did not pay on an H200: NOTES.md, 8947bc5).
   """
   rows = row0 + tl.arange(0, BLOCK_M)
   in_rows = rows < n
