@@ -2,7 +2,7 @@
 
 The loss here costs O(B) memory at any batch; the encoders that produce its rows do not:
 their activations grow with B. Gradient caching (Gao et al., 2021) splits the step in
-three (docs/math.md §10):
+three (docs/math.md §11):
 
 1. embed the batch chunk by chunk, keeping no activations;
 2. take the loss and its gradient with respect to the embeddings over the whole batch;

@@ -365,3 +365,18 @@ def test_matryoshka_fitted_to_smaller_gpus_triton(monkeypatch, smem_kib):
           lambda *a, **k: reference.matryoshka_fused_with_stats(
               reference.clip_loss_with_stats, *a, dims=dims, weights=weights, **k)[0],
           arrays, dtype=jnp.bfloat16, tau_plus=0.05, label_smoothing=0.1, lse_square_scale=1e-3)
+
+
+@pytest.mark.parametrize("family", ["clip", "lit_qwen3"])
+def test_grad_cache_triton(family):
+  # grad_cache around the Triton loss equals plain value_and_grad around it (bf16
+  # features from fp32 towers; only the parameter gradients' summation order differs),
+  # with dropout and a remainder chunk.
+  from tests.test_grad_cache import _assert_close, _batch, _embed, _loss, _params, _plain
+  to_bf16 = lambda fn: lambda *a: jax.tree.map(lambda v: v.astype(jnp.bfloat16), fn(*a))
+  embed = to_bf16(_embed)
+  params, batch, rng = _params(jnp.float32), _batch(2085, jnp.float32, True), jax.random.key(3)
+  loss_fn = _loss(family, backend="triton")
+  got = jax.jit(mj.grad_cache(embed, loss_fn, chunk_size=512))(params, batch, rng)
+  want = jax.jit(_plain(embed, loss_fn, 512))(params, batch, rng)
+  _assert_close(got, want, 1e-5)
