@@ -13,8 +13,8 @@ Memory is the compiled step's (XLA's arguments + temporaries + outputs; the batc
 uint8 images is an argument); "fits" compares it with the device's limit. Throughput is
 images per second over the median step.
 
-  python benchmarks/bench_grad_cache.py --batches 1024,2048,4096,8192,16384,65536 \
-      --chunk 1024 --out grad_cache.csv
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 python benchmarks/bench_grad_cache.py \
+      --plain 1024,2048,4096 --cached 1024,4096,16384,65536 --chunks 512 --out grad_cache.csv
 """
 
 from __future__ import annotations
@@ -125,10 +125,10 @@ def data(key, n):
 
 def main(argv=None):
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--batches", default="1024,2048,4096,8192,16384,65536")
-  ap.add_argument("--chunk", type=int, default=1024)
-  ap.add_argument("--methods", default="plain,cached")
-  ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--plain", default="1024,2048,4096", help="global batches, plain step")
+  ap.add_argument("--cached", default="1024,4096,16384,65536", help="global batches, grad_cache")
+  ap.add_argument("--chunks", default="512", help="grad_cache's chunk sizes")
+  ap.add_argument("--reps", type=int, default=2)
   ap.add_argument("--out", default=None)
   args = ap.parse_args(argv)
 
@@ -138,29 +138,30 @@ def main(argv=None):
   limit = (jax.devices()[0].memory_stats() or {}).get("bytes_limit", float("inf"))
   print(f"device {jax.devices()[0].device_kind}, limit {limit / 2**30:.1f} GiB", flush=True)
   params = init(jax.random.key(0))
-  steps = {"plain": lambda: jax.jit(jax.value_and_grad(lambda p, b: loss(p, embed(p, b, None)))),
-           "cached": lambda: jax.jit(memeff_jax.grad_cache(embed, loss, chunk_size=args.chunk))}
-  for n in map(int, args.batches.split(",")):
-    batch = None
-    for method in args.methods.split(","):
-      r = Row(method, n, args.chunk if method == "cached" else None)
-      try:
-        step = steps[method]()
-        shapes = jax.eval_shape(lambda: data(jax.random.key(1), n))
-        mem = step.lower(params, shapes).compile().memory_analysis()
-        need = mem.argument_size_in_bytes + mem.temp_size_in_bytes + mem.output_size_in_bytes
-        r.compiled_gib, r.fits = need / 2**30, need < 0.95 * limit
-        if r.fits:
-          batch = data(jax.random.key(1), n) if batch is None else batch
-          times = time_jax(step, params, batch, reps=args.reps, warmup=1)
-          r.ms = statistics.median(times)
-          r.images_per_s = n / (r.ms * 1e-3)
-        else:
-          r.note = "out of memory (compiled)"
-      except Exception as e:  # pylint: disable=broad-except
-        msg = str(e).splitlines()[0][:160]
-        r.note = "OOM" if "RESOURCE_EXHAUSTED" in msg or "memory" in msg.lower() else msg
-      writer.add(r)
+  ints = lambda text: [int(v) for v in text.split(",") if v]
+  runs = [("plain", n, None) for n in ints(args.plain)] + [
+      ("cached", n, c) for n in ints(args.cached) for c in ints(args.chunks)]
+  batches = {}
+  for method, n, chunk in sorted(runs, key=lambda r: (r[1], r[0] != "plain", r[2] or 0)):
+    r = Row(method, n, chunk)
+    try:
+      step = jax.jit(jax.value_and_grad(lambda p, b: loss(p, embed(p, b, None)))
+                     if method == "plain" else memeff_jax.grad_cache(embed, loss, chunk_size=chunk))
+      shapes = jax.eval_shape(lambda: data(jax.random.key(1), n))
+      mem = step.lower(params, shapes).compile().memory_analysis()
+      need = mem.argument_size_in_bytes + mem.temp_size_in_bytes + mem.output_size_in_bytes
+      r.compiled_gib, r.fits = need / 2**30, need < 0.95 * limit
+      if r.fits:
+        batches = batches if n in batches else {n: data(jax.random.key(1), n)}   # one at a time
+        times = time_jax(step, params, batches[n], reps=args.reps, warmup=1)
+        r.ms = statistics.median(times)
+        r.images_per_s = n / (r.ms * 1e-3)
+      else:
+        r.note = "out of memory (compiled)"
+    except Exception as e:  # pylint: disable=broad-except
+      msg = str(e).splitlines()[0][:160]
+      r.note = "OOM" if "RESOURCE_EXHAUSTED" in msg or "memory" in msg.lower() else msg
+    writer.add(r)
 
 
 if __name__ == "__main__":

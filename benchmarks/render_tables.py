@@ -17,6 +17,7 @@ every section):
   table:mrl             render_mrl.py's Matryoshka table
   table:fast            the paired gradient with taller slabs (memory for speed)
   table:ring, plot:ring multi-GPU scaling (bench_ring.py, bench_ring_memeff.py)
+  table:grad-cache, plot:grad-cache   training steps with grad_cache (bench_grad_cache.py)
 
 Inputs are <prefix>_<stage>*.csv in --results (prefix "h200": the GPU); the plots go to
 <results>/plots, linked relative to each file. A section whose CSVs are missing keeps its
@@ -365,6 +366,80 @@ def plot_ring(rows: list[dict], path: str, title: str) -> None:
   save(fig, path)
 
 
+# ---------------------------------------------------------------- training steps
+
+
+def read_grad_cache(path: str) -> list[dict]:
+  with open(path) as f:
+    rows = list(csv.DictReader(f))
+  for r in rows:
+    r["batch"] = int(r["batch"])
+    for k in ("ms", "images_per_s", "compiled_gib"):
+      r[k] = float(r[k]) if r[k] else None
+  return rows
+
+
+def grad_cache(rows: list[dict]) -> str:
+  """Per global batch: the plain step and grad_cache's, memory and images/s, against the
+  plain step at the largest batch that ran."""
+  ran = [r for r in rows if r["method"] == "plain" and r["images_per_s"]]
+  best = max(ran, key=lambda r: r["batch"]) if ran else None
+  out = []
+  for r in sorted(rows, key=lambda r: (r["batch"], r["method"] != "plain")):
+    step = (f"chunks of {r['chunk']}" if r["method"] == "cached" else "plain value_and_grad")
+    mem = f"{r['compiled_gib']:.1f}" if r["compiled_gib"] else "-"
+    if r["images_per_s"]:
+      speed = f"{r['images_per_s']:.0f}"
+      rel = f"{r['images_per_s'] / best['images_per_s']:.2f}x" if best else "-"
+      ms = fmt_ms(r["ms"])
+    else:
+      speed, rel, ms = "does not fit", "-", "-"
+    out.append([f"{r['batch']:,}", step, mem, ms, speed, rel])
+  return table(["global batch", "step", "memory GiB (compiled)", "ms / step", "images / s",
+                f"vs plain at {best['batch']:,}" if best else "vs plain"], out)
+
+
+def grad_cache_text(rows: list[dict]) -> str:
+  """The README's sentence: the largest plain step, and grad_cache at the largest batch."""
+  plain = [r for r in rows if r["method"] == "plain"]
+  ran = max((r for r in plain if r["images_per_s"]), key=lambda r: r["batch"])
+  over = min((r for r in plain if not r["images_per_s"] and r["compiled_gib"]),
+             key=lambda r: r["batch"], default=None)
+  big = max((r for r in rows if r["method"] == "cached" and r["images_per_s"]),
+            key=lambda r: (r["batch"], r["images_per_s"]))
+  return textwrap.fill(
+      f"plain `value_and_grad` fits at most B = {ran['batch']:,} ({ran['compiled_gib']:.0f} GiB, "
+      f"{ran['images_per_s']:.0f} images/s)"
+      + (f"; B = {over['batch']:,} would need {over['compiled_gib']:.0f} GiB" if over else "")
+      + f". `grad_cache` with chunks of {big['chunk']} runs B = {big['batch']:,} in "
+      f"{big['compiled_gib']:.0f} GiB at {big['images_per_s']:.0f} images/s, "
+      f"{big['images_per_s'] / ran['images_per_s']:.2f}x the plain step's throughput "
+      "(the ideal is 0.75: one more forward).", 88)
+
+
+def plot_grad_cache(rows: list[dict], path: str, title: str) -> None:
+  plt = pyplot()
+  fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+  for method, legend in (("plain", "plain value_and_grad"), ("cached", "grad_cache")):
+    pts = sorted((r["batch"], r["compiled_gib"], r["images_per_s"]) for r in rows
+                 if r["method"] == method and r["compiled_gib"])
+    if pts:
+      axes[0].plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=legend)
+    ran = [p for p in pts if p[2]]
+    if ran:
+      axes[1].plot([p[0] for p in ran], [p[2] for p in ran], marker="o", label=legend)
+  axes[0].set(yscale="log", ylabel="compiled step memory, GiB", title="memory")
+  axes[1].set(ylabel="images / s", title="throughput", ylim=(0, None))
+  for ax in axes:
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("global batch")
+    ax.grid(True, which="both", alpha=0.3)
+  axes[0].legend(fontsize=8)
+  fig.suptitle(title)
+  fig.tight_layout()
+  save(fig, path)
+
+
 # ---------------------------------------------------------------- the files
 
 
@@ -411,6 +486,16 @@ def sections(results: str, prefix: str, plots: str, later: list[str],
   fasts = sorted(glob.glob(path("fast*")))
   if fasts:
     out["table:fast"] = fast(read(*fasts))
+  if have("grad_cache"):
+    rows = read_grad_cache(path("grad_cache"))
+    out["table:grad-cache"] = grad_cache(rows)
+    out["text:grad-cache"] = grad_cache_text(rows)
+    png = os.path.join(plots, "grad_cache.png")
+    if draw:
+      plot_grad_cache(rows, png, f"{gpu}: ViT-S/16 + 6-layer text tower, bf16, "
+                      "loss and gradients")
+    out["plot:grad-cache"] = link(png, "compiled step memory and images per second vs "
+                                  "global batch: plain value_and_grad and grad_cache")
   rings = sorted(glob.glob(os.path.join(results, f"{prefix}_ring*.csv")))
   if rings:
     rows = read(*rings)
