@@ -7,6 +7,8 @@
 #   table    the B x D tables of docs/benchmarks.md: CLIP and LiT, every provider
 #   big      B = 1,048,576
 #   sweep    tile candidates of bench_configs.py
+#   gradcache training steps, plain vs grad_cache (ViT-S/16 + text tower), not in the default
+#            STAGES: its CSV is benchmarks/results/<gpu>_grad_cache.csv
 #   ring     multi-GPU scaling, not in the default STAGES (it wants a machine with several
 #            GPUs): ring_jax then ring_memeff, each also a stage of its own (one run
 #            each if both do not fit in one). ring_jax: bench_ring.py through sharded
@@ -75,6 +77,9 @@ done
 has big && stage ${T_BIG:-120} python benchmarks/bench_1m.py --losses clip --out "$OUT/big.csv"
 has sweep && stage ${T_SWEEP:-90} python benchmarks/bench_configs.py --batch 65536 \
   --dims ${SWEEP_DIMS:-256,1024} --reps 5 --out "$OUT/configs.csv"
+# 95% of the GPU for XLA (the default 75% would cap the step's memory at 105 GiB).
+has gradcache && XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 stage ${T_GRADCACHE:-420} \
+  python benchmarks/bench_grad_cache.py --out "$OUT/grad_cache.csv"
 NGPU=$(nvidia-smi -L | wc -l)
 RING_ARGS="--losses ${RING_LOSSES:-clip,lit,qwen3_qqdd,lit_qwen3,clip_mrl}
   --batch ${RING_BATCH:-65536,131072} --reps ${RING_REPS:-5} ${RING_WEAK:+--weak $RING_WEAK}"

@@ -152,9 +152,8 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
       lambda a: lax.dynamic_slice_in_dim(a, start, rows), batch)
 
   # Pass 1: the embeddings, written into [n, ...] buffers; no activations are kept.
-  for rows in (chunk_size if full else 0, rem):
-    if rows:
-      emb_shapes = _embed_shapes(embed, params, state, take(0, rows), rows)
+  emb_shapes = [_embed_shapes(embed, params, state, take(0, rows), rows)
+                for rows in (chunk_size if full else 0, rem) if rows][0]
   buffers = jax.tree.map(lambda s: jnp.zeros((n,) + s.shape[1:], s.dtype), emb_shapes)
   buffers = vary_like(buffers, batch, params)   # inside shard_map: as the embeddings
   write = lambda bufs, e, start: jax.tree.map(
@@ -177,12 +176,13 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
   leaves, tree = jax.tree.flatten(buffers)
   floats = [jnp.issubdtype(v.dtype, jnp.inexact) for v in leaves]
 
+  state_in = state
+
   def loss_of(p, float_leaves):
     it = iter(float_leaves)
     e = jax.tree.unflatten(tree, [next(it) if f else v for v, f in zip(leaves, floats)])
     return loss(p, state_in, e)
 
-  state_in = state
   float_leaves = [v for v, f in zip(leaves, floats) if f]
   (value, (aux, state_out)), (grads, emb_grads) = jax.value_and_grad(
       loss_of, argnums=(0, 1), has_aux=True)(params, float_leaves)
@@ -227,7 +227,8 @@ def _batch_rows(batch) -> int:
   sizes = {jnp.shape(a)[0] if jnp.ndim(a) else None for a in leaves}
   if not leaves or None in sizes or len(sizes) != 1 or 0 in sizes:
     shapes = jax.tree.map(jnp.shape, batch)
-    raise ValueError(f"batch leaves must share a leading batch axis of at least one row, got shapes {shapes}")
+    raise ValueError(f"batch leaves must share a leading batch axis of at least one row, "
+                     f"got shapes {shapes}")
   return sizes.pop()
 
 
