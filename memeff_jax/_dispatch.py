@@ -93,7 +93,7 @@ def _gpu_triton_error() -> str | None:
   try:
     import jax_triton  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   except ImportError as e:
-    return f"jax-triton does not import ({e}); pip install 'memeff-jax[gpu]'"
+    return f"jax-triton does not import ({e}); from the checkout: pip install -e '.[gpu]'"
   if _triton_interpreting():
     return "triton was imported with TRITON_INTERPRET=1 (interpreter mode)"
   return None
