@@ -25,7 +25,8 @@ from jax import lax
 from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
-                               poison_flag, ring_size, softmax_terms, stable_scale, taint)
+                               poison_flag, pow2_scale, ring_size, softmax_terms,
+                               stable_scale, taint, upcast)
 
 _P = ParamSpec("_P")
 # Set (at trace time) while a loss function (``value_only``) runs its ``*_with_stats``
@@ -185,6 +186,9 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   raw = list(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
+  elif dims is not None:   # every prefix is renormalized: each row times a power of two
+    # (exact, no change to the loss) keeps its prefix norms and dots in range
+    arrays = [None if a is None else a * pow2_scale(a) for a in arrays]
   # One plain block per dim (KernelConfig.matryoshka_per_dim; config=None: the backend's)
   per_dim = dims is not None and (
       config if config is not None else be.default_config(d, arrays[0].dtype)
@@ -276,7 +280,7 @@ def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
   tab = None if dims is None else _inverse_norms(v32, dims)
   pre = None
   if raw is not None:
-    raw32 = raw.astype(v32.dtype)
+    raw32 = upcast(raw)
     pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
   return Tower(v, v32, tab, pre)
 

@@ -271,8 +271,7 @@ def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
 
 def _prefix_unit(v, m):
   """Prefix ``v[..., :m]`` renormalized in fp32 (docs/math.md §8.1)."""
-  p = v[..., :m].astype(_acc(v.dtype))
-  return p / jnp.maximum(jnp.linalg.norm(p, axis=-1, keepdims=True), 1e-12)
+  return normalize(v[..., :m].astype(_acc(v.dtype)))
 
 
 def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],
