@@ -11,7 +11,8 @@ OPTIONS = {
       gradient, and a new value never recompiles). Default 0.07.""",
     "margin": """>= 0 (float or 0-d array), raw-cosine units: an entry of row i is
       dropped as a presumed false negative iff its similarity exceeds
-      s(q_i, d_i) + margin, with row i's threshold on every group (docs/math.md §6).
+      s(q_i, d_i) + margin + 2^-10 (a tie tolerance: an exact duplicate of the
+      positive is kept), with row i's threshold on every group (docs/math.md §6).
       For unit-norm inputs margin >= 2 disables the mask. Default 0.1.""",
     "use_qq_negatives": """add the other queries to row i's candidates (q-q block).""",
     "use_dd_negatives": """add the other documents, compared with d_i, to row i's

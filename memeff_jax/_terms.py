@@ -13,6 +13,11 @@ import jax.numpy as jnp
 from jax import lax
 
 _NORM_EPS = 1e-12
+# Qwen3's false-negative mask keeps s <= p + margin + MARGIN_TIE (docs/math.md §6): an
+# exact duplicate of the positive (s = p in exact math) is kept on every backend, though
+# its tile and the positive round differently (fp32 or tf32 GEMM tiles vs the fp32 dot
+# of the positive: at most about 2^-10 apart for unit rows).
+MARGIN_TIE = 2.0**-10
 
 
 class ContrastiveStats(NamedTuple):
