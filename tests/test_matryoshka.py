@@ -163,6 +163,15 @@ def test_fused_equals_eager_in_float64(family):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b)) + 1e-30))
 
 
+def test_interpret_under_x64():
+  # With jax_enable_x64 a launcher's single-slab offset (int32) met Python ints (int64)
+  # in dynamic_update_slice and raised. Oracle: the float64 reference (compare).
+  d, dims, weights = LADDERS["48"]
+  with jax.enable_x64(True):
+    compare(_fused(mj.clip_loss, dims, weights, backend="interpret"),
+            _ref(reference.clip_loss_with_stats, dims, weights), _arrays("clip", 40, d))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stats(backend):
   d, dims, weights = LADDERS["64"]
