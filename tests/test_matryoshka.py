@@ -7,6 +7,7 @@ sample of it, covering every family, option, ladder and backend, runs by default
 """
 
 import dataclasses
+import functools
 import itertools
 
 import jax
@@ -251,6 +252,8 @@ def test_ring(family, n_dev, backend):
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("inf"))), ValueError,
      "matryoshka_weights must be finite"),
     (dict(matryoshka_weights=(1.0,)), ValueError, "matryoshka_weights needs matryoshka_dims"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(True, False)), TypeError,
+     "matryoshka_weights must hold numbers, not bools"),
 ])
 def test_validation(fn, kwargs, err, pattern):
   x = jnp.ones((4, 8), jnp.float32)
@@ -274,6 +277,15 @@ def test_eager_validation():
     mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
   with pytest.raises(ValueError, match="normalized_inputs=False"):
     mj.matryoshka(mj.clip_loss, (4, 8))(x, x, normalized_inputs=True, backend="blockwise")
+
+
+def test_eager_refuses_bound_normalized_inputs_and_stats_functions():
+  x = jnp.ones((4, 8), jnp.float32)
+  with pytest.raises(ValueError, match="got loss_fn.normalized_inputs=True"):
+    mj.matryoshka(functools.partial(mj.clip_loss, normalized_inputs=True), (4, 8))
+  with pytest.raises(TypeError, match="loss_fn must return the loss, a scalar array, got "
+                                      "tuple.*not a \\*_with_stats one"):
+    mj.matryoshka(mj.clip_loss_with_stats, (4, 8))(x, x, backend="blockwise")
 
 
 def test_eager_slices_hard_negatives_by_keyword_and_not_tau():
