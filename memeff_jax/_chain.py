@@ -25,7 +25,8 @@ from jax import lax
 from memeff_jax import _dispatch, _terms, _validation, reference
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
-                               poison_flag, ring_size, softmax_terms, stable_scale, taint)
+                               poison_flag, pow2_scale, ring_size, softmax_terms,
+                               stable_scale, taint, upcast)
 
 _P = ParamSpec("_P")
 # Set (at trace time) while a loss function (``value_only``) runs its ``*_with_stats``
@@ -127,7 +128,23 @@ class Family:
 
 
 def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
-  """The chain for one call of a public ``*_with_stats`` loss (its ``locals()``)."""
+  """The chain for one call of a public ``*_with_stats`` loss (its ``locals()``).
+
+  Reverse mode only (``jax.grad``, ``vjp``, ``jacrev``; ``hessian`` where the backend
+  allows): the statistics are a ``jax.custom_vjp``, and JAX's forward-mode error is
+  re-raised naming the loss (backend='reference' has no custom_vjp and takes jvp)."""
+  try:
+    return _run(family, **kwargs)
+  except TypeError as e:
+    if "forward-mode autodiff" not in str(e):
+      raise
+    raise TypeError(
+        f"{family.name} does not support forward-mode differentiation (jax.jvp, "
+        f"jax.jacfwd): its gradient is a custom VJP (reverse mode: jax.grad, jax.vjp, "
+        f"jax.jacrev). For a Jacobian use jax.jacrev; for a JVP, backend='reference'") from e
+
+
+def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   arrays = [_validation.as_array(kwargs.pop(a)) for a in family.arrays]
   own = {k: kwargs.pop(k) for k in family.options}
   o = dict(kwargs)
@@ -137,7 +154,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
   acc = _terms.glue_dtype(arrays[0].dtype)
-  temperature = _validation.check_temperature(o["temperature"])
+  temperature = _validation.check_temperature(o["temperature"], acc)
   tau_plus = _validation.as_array(o["tau_plus"])
   tau = _validation.check_tau_plus(tau_plus, n, acc)
   mask = _validation.check_where(o["where"], n)
@@ -149,7 +166,8 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
     if jnp.ndim(tau_plus) == 1:
       tau_plus, tau = jnp.where(mask, tau_plus, 0), jnp.where(mask, tau, 0)
   eps = _validation.check_range("label_smoothing", o["label_smoothing"], 0.0, 1.0)
-  z_scale = _validation.check_range("lse_square_scale", o["lse_square_scale"], 0.0, None)
+  z_scale = _validation.check_range("lse_square_scale", o["lse_square_scale"], 0.0,
+                                     float("inf"))
   dims, weights = _validation.check_matryoshka(o["matryoshka_dims"], o["matryoshka_weights"], d)
   for flag in ("normalized_inputs", "stable", "deterministic"):
     _validation.check_flag(flag, o[flag])
@@ -185,6 +203,9 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   raw = list(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
+  elif dims is not None:   # every prefix is renormalized: each row times a power of two
+    # (exact, no change to the loss) keeps its prefix norms and dots in range
+    arrays = [None if a is None else a * pow2_scale(a) for a in arrays]
   # One plain block per dim (KernelConfig.matryoshka_per_dim; config=None: the backend's)
   per_dim = dims is not None and (
       config if config is not None else be.default_config(d, arrays[0].dtype)
@@ -254,8 +275,14 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
                doc: str) -> Callable[_P, jax.Array]:
   """The loss function of a ``*_with_stats`` one: same signature, the loss alone."""
 
+  sig = inspect.signature(with_stats)
+
   @functools.wraps(with_stats)
   def loss(*args: _P.args, **kwargs: _P.kwargs) -> jax.Array:
+    try:   # a bad argument is named with this function's name, not the twin's
+      sig.bind(*args, **kwargs)
+    except TypeError as e:
+      raise TypeError(f"{name}() {e}") from None
     token = _LOSS_ONLY.set(True)
     try:
       return with_stats(*args, **kwargs)[0]
@@ -264,7 +291,7 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
 
   loss.__name__ = loss.__qualname__ = name
   loss.__doc__ = doc
-  loss.__signature__ = inspect.signature(with_stats).replace(return_annotation="jax.Array")
+  loss.__signature__ = sig.replace(return_annotation="jax.Array")
   return loss
 
 
@@ -276,7 +303,7 @@ def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
   tab = None if dims is None else _inverse_norms(v32, dims)
   pre = None
   if raw is not None:
-    raw32 = raw.astype(v32.dtype)
+    raw32 = upcast(raw)
     pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
   return Tower(v, v32, tab, pre)
 

@@ -8,10 +8,13 @@ import textwrap
 
 OPTIONS = {
     "temperature": """float > 0 or a traced 0-d float array (learnable: it gets a
-      gradient, and a new value never recompiles). Default 0.07.""",
+      gradient, and a new value never recompiles). Default 0.07. A Python float
+      above 1 warns: a logit scale s (OpenCLIP, sentence-transformers) is
+      ``temperature = 1 / s``.""",
     "margin": """>= 0 (float or 0-d array), raw-cosine units: an entry of row i is
       dropped as a presumed false negative iff its similarity exceeds
-      s(q_i, d_i) + margin, with row i's threshold on every group (docs/math.md §6).
+      s(q_i, d_i) + margin + 2^-10 (a tie tolerance: an exact duplicate of the
+      positive is kept), with row i's threshold on every group (docs/math.md §6).
       For unit-norm inputs margin >= 2 disables the mask. Default 0.1.""",
     "use_qq_negatives": """add the other queries to row i's candidates (q-q block).""",
     "use_dd_negatives": """add the other documents, compared with d_i, to row i's
@@ -76,13 +79,15 @@ def args(fn, arrays: dict[str, str]) -> str:
 
 
 RAISES = """Raises:
-  ValueError: bad shapes, Python numbers out of range (``temperature <= 0``,
-    ``tau_plus``, ``label_smoothing``, ``lse_square_scale``, ``margin``), bad
+  ValueError: bad shapes, Python numbers out of range (``temperature <= 0`` or it or
+    its inverse not a normal number of the compute dtype, ``tau_plus``,
+    ``label_smoothing``, ``lse_square_scale`` (inf included), ``margin``), bad
     ``matryoshka_dims`` / ``matryoshka_weights``, an unknown backend, an unbound
     ``axis_name`` or replicated arrays with one, a ``config`` with
     ``backend="reference"``, ``tau_plus`` without negatives.
   TypeError: non-floating, unsupported (float8, ...) or mismatched dtypes, float64 on
-    the Triton backends, non-bool flags, a ``config`` that is not a KernelConfig.
+    the Triton backends, non-bool flags, a ``config`` that is not a KernelConfig;
+    forward-mode differentiation (``jax.jvp``, ``jax.jacfwd``) but on the reference.
   NotImplementedError: ``vmap`` / ``jacrev`` / grad-of-grad over the Triton backends.
 
 Traced values cannot raise: a traced hyperparameter out of range or NaN

@@ -13,6 +13,11 @@ import jax.numpy as jnp
 from jax import lax
 
 _NORM_EPS = 1e-12
+# Qwen3's false-negative mask keeps s <= p + margin + MARGIN_TIE (docs/math.md §6): an
+# exact duplicate of the positive (s = p in exact math) is kept on every backend, though
+# its tile and the positive round differently (fp32 or tf32 GEMM tiles vs the fp32 dot
+# of the positive: at most about 2^-10 apart for unit rows).
+MARGIN_TIE = 2.0**-10
 
 
 class ContrastiveStats(NamedTuple):
@@ -48,15 +53,54 @@ class ContrastiveStats(NamedTuple):
 def normalize(v: jax.Array) -> jax.Array:
   """``v / max(||v||, 1e-12)`` along the last axis, rounded once to ``v.dtype``.
 
-  The norm and the quotient are computed in fp32 (fp64 for fp64 inputs). A vector of
-  norm <= 1e-12 is divided by 1e-12 (its gradient is ``g / 1e-12``, no radial term);
-  the double ``where`` keeps the gradient of a zero vector finite.
+  The norm and the quotient are computed in fp32 (fp64 for fp64 inputs), on the row
+  scaled by a power of two (``pow2_scale``: exact), so the sum of squares neither
+  overflows nor underflows: any finite row gives its unit vector (docs/math.md §2).
+  A vector of norm <= 1e-12 is divided by 1e-12 (its gradient is ``g / 1e-12``, no
+  radial term, saturated to the input dtype's finite range); the double ``where``
+  keeps the gradient of a zero vector finite.
   """
-  v32 = v.astype(jnp.promote_types(v.dtype, jnp.float32))
-  sq = jnp.sum(v32 * v32, axis=-1, keepdims=True)
-  big = sq > _NORM_EPS * _NORM_EPS
-  norm = jnp.where(big, jnp.sqrt(jnp.where(big, sq, 1.0)), _NORM_EPS)
-  return (v32 / norm).astype(v.dtype)
+  v32 = upcast(v)
+  s = pow2_scale(v32)
+  u = v32 * s                                       # exact; max |u| in [0.5, 1)
+  sq = jnp.sum(u * u, axis=-1, keepdims=True)
+  big = jnp.sqrt(sq) > _NORM_EPS * s                # ||v|| = sqrt(sq) / s > 1e-12
+  unit = u / jnp.sqrt(jnp.where(big, sq, 1.0))
+  return jnp.where(big, unit, v32 / _NORM_EPS).astype(v.dtype)
+
+
+def pow2_scale(v: jax.Array) -> jax.Array:
+  """[..., 1] a power of two s per row with max |s v| in [0.5, 1) (no gradient): the
+  row times s is exact, and its sum of squares stays within range. Clipped to a
+  normal, finite s (a row below the dtype's normal range is only scaled up to it)."""
+  mx = lax.stop_gradient(jnp.max(jnp.abs(v), axis=-1, keepdims=True))
+  _, e = jnp.frexp(mx)                              # mx = f 2^e, f in [0.5, 1); 0 -> e = 0
+  fi = jnp.finfo(v.dtype)
+  return jnp.ldexp(jnp.ones_like(mx), -jnp.clip(e, fi.minexp + 1, fi.maxexp - 2))
+
+
+def upcast(v: jax.Array) -> jax.Array:
+  """``v`` in the glue dtype (fp32, fp64 for fp64). A float16 array's cotangent is
+  rounded back saturating (beyond +-65504: +-65504, not inf), so a zero row's gradient
+  ``g / 1e-12`` stays finite; the other dtypes' ranges hold it (and keep forward mode)."""
+  return _upcast_f16(v) if v.dtype == jnp.float16 else v.astype(glue_dtype(v.dtype))
+
+
+@jax.custom_vjp
+def _upcast_f16(v):
+  return v.astype(jnp.float32)
+
+
+def _upcast_f16_fwd(v):
+  return v.astype(jnp.float32), None
+
+
+def _upcast_f16_bwd(_, g):
+  big = float(jnp.finfo(jnp.float16).max)
+  return (jnp.clip(g, -big, big).astype(jnp.float16),)
+
+
+_upcast_f16.defvjp(_upcast_f16_fwd, _upcast_f16_bwd)
 
 
 def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):

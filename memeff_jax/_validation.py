@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import numbers
 import os
+import warnings
 from typing import Literal
 
 import jax
@@ -97,12 +98,26 @@ def _scalar(name: str, v):
   return v
 
 
-def check_temperature(t):
+def check_temperature(t, dtype=jnp.float32):
+  """A Python temperature must be > 0 and, with 1 / t, a normal number of ``dtype``
+  (the glue's: fp32, fp64 for fp64 features); above 1 it warns (a logit scale?)."""
   t = _scalar("temperature", t)
-  if isinstance(t, float) and not t > 0:
+  if not isinstance(t, float):
+    return t
+  if not t > 0:
     raise ValueError(f"temperature must be > 0, got temperature={t}")
-  if isinstance(t, float) and not np.isfinite(t):
+  if not np.isfinite(t):
     raise ValueError(f"temperature must be finite, got temperature={t}")
+  tiny = float(jnp.finfo(dtype).tiny)
+  if not tiny <= t <= 1.0 / tiny:
+    raise ValueError(f"temperature and 1 / temperature must be normal {jnp.dtype(dtype)} "
+                     f"numbers, temperature in [{tiny:.4g}, {1.0 / tiny:.4g}], got "
+                     f"temperature={t}")
+  if t > 1.0:
+    warnings.warn(f"temperature={t} > 1 looks like a logit scale (OpenCLIP's "
+                  f"logit_scale.exp(), sentence-transformers' scale=20): the logits are "
+                  f"similarity / temperature, so pass temperature = 1 / scale "
+                  f"(here {1.0 / t:.4g})", UserWarning, stacklevel=4)
   return t
 
 
@@ -314,6 +329,8 @@ def check_weights(name: str, weights, k: int) -> tuple[float, ...]:
     return (1.0,) * k
   if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
     raise TypeError(f"{name} must be a sequence of floats, got {name}={weights!r}")
+  if any(isinstance(w, (bool, np.bool_)) for w in weights):
+    raise TypeError(f"{name} must hold numbers, not bools, got {name}={tuple(weights)!r}")
   try:
     weights = tuple(float(w) for w in weights)
   except (TypeError, jax.errors.ConcretizationTypeError) as e:

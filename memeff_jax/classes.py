@@ -53,6 +53,7 @@ import jax
 from jax.typing import ArrayLike
 
 import memeff_jax
+from memeff_jax._validation import check_dims, check_weights
 from memeff_jax._wrappers import call_loss
 
 Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
@@ -127,9 +128,14 @@ class _MatryoshkaOptions:
   weights: tuple[float, ...] | None = None
 
   def __post_init__(self):
-    object.__setattr__(self, "dims", tuple(self.dims))
-    if self.weights is not None:
-      object.__setattr__(self, "weights", tuple(self.weights))
+    _checked_dims(self)
+
+
+def _checked_dims(obj) -> None:
+  """A frozen dataclass's ``dims`` and ``weights`` as checked tuples (errors name them)."""
+  object.__setattr__(obj, "dims", check_dims("dims", obj.dims))
+  if obj.weights is not None:
+    object.__setattr__(obj, "weights", check_weights("weights", obj.weights, len(obj.dims)))
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -424,8 +430,8 @@ class MatryoshkaLoss:
     weights: optional per-dim weights (default 1 each, not normalized).
 
   Raises:
-    ValueError: ``base_loss.normalized_inputs`` is True; the rest (dims, weights) as
-      :func:`memeff_jax.matryoshka` raises them.
+    ValueError, TypeError: as :func:`memeff_jax.matryoshka` raises them (a base loss
+      with ``normalized_inputs=True``, bad dims or weights), at construction.
   """
 
   base_loss: Callable[..., jax.Array]
@@ -433,12 +439,9 @@ class MatryoshkaLoss:
   weights: tuple[float, ...] | None = None
 
   def __post_init__(self):
-    object.__setattr__(self, "dims", tuple(self.dims))
-    if self.weights is not None:
-      object.__setattr__(self, "weights", tuple(self.weights))
-    if getattr(self.base_loss, "normalized_inputs", False) is True:
-      raise ValueError("MatryoshkaLoss needs a base loss that normalizes its inputs (every "
-                       "prefix is renormalized); got base_loss.normalized_inputs=True")
+    _checked_dims(self)
+    # Checks the base loss (normalized_inputs=True raises, a field or a partial's keyword).
+    memeff_jax.matryoshka(self.base_loss, self.dims, weights=self.weights)
 
   def __call__(self, *arrays: ArrayLike, **kwargs) -> jax.Array:
     """The weighted sum of ``base_loss`` over the prefixes: a float32 scalar."""

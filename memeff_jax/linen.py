@@ -71,6 +71,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 import memeff_jax
+from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, temperature_from_log_scale)
 from memeff_jax.config import KernelConfig
@@ -125,6 +126,7 @@ class _LossModule(nn.Module):
   def __post_init__(self):
     # Bad values raise at construction, as in the NNX modules, not at the first apply.
     initial_log_scale(self.temperature)
+    check_flag("learnable", self.learnable)
     check_max_logit_scale(self.max_logit_scale)
     super().__post_init__()
 

@@ -42,8 +42,10 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
   Raises:
     ValueError: empty, non-increasing or non-positive ``dims``; ``dims[-1] > d``
       (when called); ``weights`` of the wrong length or non-finite;
-      ``normalized_inputs=True``.
-    TypeError: non-int dims, non-number weights.
+      ``normalized_inputs=True`` (passed, or bound by ``functools.partial`` or a
+      class field).
+    TypeError: non-int dims, non-number weights; a ``loss_fn`` that returns no
+      scalar (a ``*_with_stats`` function).
 
   References:
     Kusupati et al., `Matryoshka Representation Learning
@@ -60,11 +62,13 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
   """
   dims = check_dims("dims", dims)
   weights = check_weights("weights", weights, len(dims))
+  # normalized_inputs=True bound into the loss: a partial's keyword or a class field
+  bound = (getattr(loss_fn, "keywords", None) or {}).get(
+      "normalized_inputs", getattr(loss_fn, "normalized_inputs", False))
+  _check_normalizes(bound, "loss_fn.normalized_inputs")
 
   def loss(*features, **kwargs):
-    if kwargs.get("normalized_inputs", False):
-      raise ValueError("matryoshka needs normalized_inputs=False: the base loss "
-                       "renormalizes every prefix slice itself")
+    _check_normalizes(kwargs.get("normalized_inputs", False), "normalized_inputs")
     check_dims("dims", dims, features[0].shape[-1])
     total = 0.0
     for m, w in zip(dims, weights):
@@ -72,7 +76,18 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
       kw = dict(kwargs)
       if kw.get("hard_negatives") is not None:
         kw["hard_negatives"] = cut(kw["hard_negatives"])
-      total = total + w * loss_fn(*[cut(f) for f in features], **kw)
+      value = loss_fn(*[cut(f) for f in features], **kw)
+      if getattr(value, "shape", None) != ():
+        raise TypeError(f"loss_fn must return the loss, a scalar array, got "
+                        f"{type(value).__name__}: wrap a loss function (clip_loss), not a "
+                        f"*_with_stats one")
+      total = total + w * value
     return total
 
   return loss
+
+
+def _check_normalizes(normalized_inputs, where: str) -> None:
+  if normalized_inputs is True:
+    raise ValueError(f"matryoshka needs normalized_inputs=False: the base loss "
+                     f"renormalizes every prefix slice itself; got {where}=True")

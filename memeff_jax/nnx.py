@@ -40,6 +40,7 @@ from flax import nnx
 from jax.typing import ArrayLike
 
 import memeff_jax
+from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, temperature_from_log_scale)
 from memeff_jax.config import KernelConfig
@@ -86,6 +87,7 @@ class _LossModule(nnx.Module):
                matryoshka_weights: Sequence[float] | None = None,
                axis_name: Hashable | None = None, backend: Backend = "auto",
                deterministic: bool = False, config: KernelConfig | None = None):
+    check_flag("learnable", learnable)
     log_scale = jnp.asarray(initial_log_scale(temperature), jnp.float32)
     self.logit_scale = nnx.Param(log_scale) if learnable else nnx.Variable(log_scale)
     self.learnable = bool(learnable)

@@ -13,7 +13,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from memeff_jax import _chain, _docs, _validation, reference
-from memeff_jax._terms import ContrastiveStats, masked_lse
+from memeff_jax._terms import MARGIN_TIE, ContrastiveStats, masked_lse
 from memeff_jax._validation import Backend
 from memeff_jax.config import KernelConfig
 
@@ -22,10 +22,11 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
           use_dd_negatives: bool = False) -> _chain.Head:
   q, d, h = towers
   pos = ctx.sims(q, d)                                          # [K, n] s(q_i, d_i)
-  # Row i keeps an entry iff s <= pos_i + margin (raw cosine, non-strict), with row
-  # i's threshold on every group; the mask carries no gradient. margin >= 0 always
-  # keeps the positive, which joins in the log domain.
-  thr = lax.stop_gradient(pos + margin)
+  # Row i keeps an entry iff s <= pos_i + margin + MARGIN_TIE (raw cosine, non-strict;
+  # the tie tolerance keeps exact duplicates of the positive whichever way they round),
+  # with row i's threshold on every group; the mask carries no gradient. margin >= 0
+  # always keeps the positive, which joins in the log domain.
+  thr = lax.stop_gradient(pos + margin + MARGIN_TIE)
   # (lse, max) of each group's kept negatives: q-d (j != i), q-q and d-d (j != i, one
   # symmetric block each, both roles in its gradient; d-d with query i's threshold).
   parts = [ctx.block(q, d, thr, exclude_self=True)[::2]]
@@ -131,12 +132,15 @@ qwen3_loss = _chain.value_only(qwen3_loss_with_stats, "qwen3_loss", r"""Qwen3-Em
 
 .. math::
   L = \frac{1}{B} \sum_i \Big[ \log Z_i - \frac{s(q_i, d_i)}{t} \Big], \quad
-  Z_i = \sum_{c} [s_c \le s(q_i, d_i) + \mu]\, e^{s_c / t}
+  Z_i = \sum_{c} [s_c \le s(q_i, d_i) + \mu + \delta]\, e^{s_c / t}
 
 over row i's candidates: every document, other queries (``use_qq_negatives``),
 other documents against d_i (``use_dd_negatives``) and row i's hard negatives; the
 nominal count N = (B - 1)(1 + qq + dd) + k. The positive is always kept
-(margin >= 0). Every backend is deterministic.
+(margin >= 0). delta = 2^-10 is a tie tolerance: a candidate equal to the positive (a
+duplicate row, or a hard negative equal to d_i) is kept at margin = 0 on every backend,
+though its similarity and the positive's are computed apart and round differently.
+Every backend is deterministic.
 
 """ + _docs.args(qwen3_loss_with_stats, _ARRAY_DOCS) + _TAIL.format(name="qwen3_loss") + """
 Examples:

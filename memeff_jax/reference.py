@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax._terms import ContrastiveStats, normalize, poison, stable_scale
+from memeff_jax._terms import MARGIN_TIE, ContrastiveStats, normalize, poison, stable_scale
 from memeff_jax._validation import check_dims, check_negatives, check_weights, value_checks
 from memeff_jax.matryoshka import matryoshka
 
@@ -221,8 +221,10 @@ def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, s
     nominal.append(jnp.ones((n, k), bool))
   raw, nominal = jnp.concatenate(blocks, axis=-1), jnp.concatenate(nominal, axis=-1)
   pos = jnp.diagonal(s_qd)
-  threshold = lax.stop_gradient(pos + margin)          # raw cosine units, no gradient
-  keep = nominal & (raw <= threshold[:, None])         # non-strict: drop only s > pos + margin
+  # raw cosine units, no gradient; non-strict, with the tie tolerance: drop only
+  # s > pos + margin + MARGIN_TIE
+  threshold = lax.stop_gradient(pos + margin + MARGIN_TIE)
+  keep = nominal & (raw <= threshold[:, None])
   is_pos = jnp.zeros(raw.shape, bool).at[:, :n].set(jnp.eye(n, dtype=bool))
   n_neg = (b - 1) * (1 + int(use_qq) + int(use_dd)) + k
   tau_plus, tau, none = _debias_inputs(tau_plus, valid, n_neg)
@@ -271,8 +273,7 @@ def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
 
 def _prefix_unit(v, m):
   """Prefix ``v[..., :m]`` renormalized in fp32 (docs/math.md §8.1)."""
-  p = v[..., :m].astype(_acc(v.dtype))
-  return p / jnp.maximum(jnp.linalg.norm(p, axis=-1, keepdims=True), 1e-12)
+  return normalize(v[..., :m].astype(_acc(v.dtype)))
 
 
 def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],

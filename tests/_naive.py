@@ -73,6 +73,6 @@ def qwen3(q, d, h, t, margin, qq=False, dd=False, tau=None, eps=0.0, z_scale=0.0
     if dd:
       cands += [float(d[i] @ d[j]) for j in range(b) if j != i]
     cands += [float(q[i] @ h[i, kk]) for kk in range(k)]
-    keep = [s <= pos + margin for s in cands]
+    keep = [s <= pos + margin + 2.0**-10 for s in cands]   # the tie tolerance
     out.append(softmax_row(cands, keep, pos, t, n_neg, taus[i], eps))
   return _finish([[o[0] for o in out]], [[o[1] for o in out]], z_scale)

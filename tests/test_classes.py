@@ -191,6 +191,16 @@ def test_matryoshka_loss_refuses_normalized_inputs():
     C.MatryoshkaLoss(C.MemoryEfficientCLIPLoss(normalized_inputs=True), dims=DIMS)
 
 
+def test_matryoshka_classes_check_dims_and_a_bound_normalized_inputs():
+  with pytest.raises(ValueError, match="loss_fn.normalized_inputs=True"):
+    C.MatryoshkaLoss(functools.partial(mj.clip_loss, normalized_inputs=True), dims=DIMS)
+  for dims in (None, 8):
+    with pytest.raises(TypeError, match=f"dims must be a sequence of ints, got dims={dims}"):
+      C.MemoryEfficientMatryoshkaCLIPLoss(dims=dims)
+  with pytest.raises(TypeError, match="weights must hold numbers, not bools"):
+    C.MemoryEfficientMatryoshkaCLIPLoss(dims=(8, 16), weights=(True, True))
+
+
 def test_frozen_hashable_keyword_only():
   loss = C.MemoryEfficientMatryoshkaQwen3Loss(dims=[8, 16], weights=[1, 2], margin=0.2)
   assert loss.dims == (8, 16) and loss.weights == (1, 2)   # lists become tuples

@@ -281,6 +281,14 @@ def test_bad_temperature(framework):
     module(temperature=jnp.float32(0.07))   # the initial value is a Python float
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("learnable", ["False", None, 0])
+def test_learnable_must_be_a_bool(framework, learnable):
+  module = (mnnx if framework == "nnx" else mlinen).CLIPLoss
+  with pytest.raises(TypeError, match=f"learnable must be a bool, got learnable={learnable!r}"):
+    module(learnable=learnable)
+
+
 def test_import_memeff_jax_does_not_import_flax():
   code = ("import sys, memeff_jax, memeff_jax.classes; "
           "bad = sorted(m for m in sys.modules if m == 'flax' or m.startswith('flax.')); "

@@ -7,6 +7,7 @@ sample of it, covering every family, option, ladder and backend, runs by default
 """
 
 import dataclasses
+import functools
 import itertools
 
 import jax
@@ -163,6 +164,15 @@ def test_fused_equals_eager_in_float64(family):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * float(np.max(np.abs(b)) + 1e-30))
 
 
+def test_interpret_under_x64():
+  # With jax_enable_x64 a launcher's single-slab offset (int32) met Python ints (int64)
+  # in dynamic_update_slice and raised. Oracle: the float64 reference (compare).
+  d, dims, weights = LADDERS["48"]
+  with jax.enable_x64(True):
+    compare(_fused(mj.clip_loss, dims, weights, backend="interpret"),
+            _ref(reference.clip_loss_with_stats, dims, weights), _arrays("clip", 40, d))
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stats(backend):
   d, dims, weights = LADDERS["64"]
@@ -242,6 +252,8 @@ def test_ring(family, n_dev, backend):
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("inf"))), ValueError,
      "matryoshka_weights must be finite"),
     (dict(matryoshka_weights=(1.0,)), ValueError, "matryoshka_weights needs matryoshka_dims"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(True, False)), TypeError,
+     "matryoshka_weights must hold numbers, not bools"),
 ])
 def test_validation(fn, kwargs, err, pattern):
   x = jnp.ones((4, 8), jnp.float32)
@@ -265,6 +277,15 @@ def test_eager_validation():
     mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
   with pytest.raises(ValueError, match="normalized_inputs=False"):
     mj.matryoshka(mj.clip_loss, (4, 8))(x, x, normalized_inputs=True, backend="blockwise")
+
+
+def test_eager_refuses_bound_normalized_inputs_and_stats_functions():
+  x = jnp.ones((4, 8), jnp.float32)
+  with pytest.raises(ValueError, match="got loss_fn.normalized_inputs=True"):
+    mj.matryoshka(functools.partial(mj.clip_loss, normalized_inputs=True), (4, 8))
+  with pytest.raises(TypeError, match="loss_fn must return the loss, a scalar array, got "
+                                      "tuple.*not a \\*_with_stats one"):
+    mj.matryoshka(mj.clip_loss_with_stats, (4, 8))(x, x, backend="blockwise")
 
 
 def test_eager_slices_hard_negatives_by_keyword_and_not_tau():

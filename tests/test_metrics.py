@@ -44,7 +44,7 @@ def _count_qwen3(q, d, h, margin, qq, dd):
     cands += [q[i] @ q[j] for j in range(b) if j != i and qq]
     cands += [d[i] @ d[j] for j in range(b) if j != i and dd]
     cands += list(h[i] @ q[i])
-    kept = [c for c in cands if c <= pos[i] + margin]
+    kept = [c for c in cands if c <= pos[i] + margin + 2.0**-10]   # tie tolerance
     hits.append(not kept or pos[i] > max(kept))
   return float(np.mean(hits))
 

@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
+from memeff_jax.config import KernelConfig
 from memeff_jax.kernels import launch
 from memeff_jax.kernels.launch import SHARED_SPAN
 from tests._check import kernel_path_config, sampled
-from tests._tolerances import grad_err
+from tests._tolerances import FP32, LOW, grad_err, rel_err
 
 BACKENDS = ["blockwise", "interpret"]
 
@@ -181,3 +182,84 @@ def test_forward_bounded_shift(rows, t, exact):
                            config=cfg),
            lambda a, b: ref(a, b, temperature=t, normalized_inputs=True), [x, y],
            val_rtol=1e-5, grad_tol=1e-4)
+
+
+# --- normalization is scale-invariant for every finite row -----------------------------
+
+# (dtype, scale): the sum of squares of such a row overflows the dtype. bf16's scale is
+# 2^100 ~ 1.3e30 so that c * x is exact in bf16 (1e30 * x would round differently from x).
+HUGE = {"float32": 1e20, "bfloat16": 2.0**100, "float64": 1e200}
+_FAMILIES = {"clip": clip_loss, "lit": lit_loss,
+             "qwen3": lambda q, d, h, **kw: qwen3_loss(q, d, h, use_qq_negatives=True,
+                                                       margin=0.2, **kw)}
+
+
+# (family, dtype, backend, matryoshka_dims, normalized_inputs, per_dim): a sample over
+# the backends, dtypes, and the three places rows are normalized (the plain rows, the
+# fused prefixes' tables, one block per dim's prefixes); only the Matryoshka prefixes
+# are renormalized with normalized_inputs=True.
+@pytest.mark.parametrize("family,dtype,backend,dims,normalized,per_dim", [
+    ("clip", "float32", "reference", None, False, False),
+    ("clip", "float32", "blockwise", None, False, False),
+    ("qwen3", "float32", "interpret", None, False, False),
+    ("lit", "bfloat16", "interpret", None, False, False),
+    ("qwen3", "bfloat16", "blockwise", (8, 24), False, False),
+    ("clip", "float32", "interpret", (8, 24), True, False),
+    ("clip", "float32", "blockwise", (8, 24), False, True),
+    ("qwen3", "float32", "reference", (8, 24), True, False),
+    ("clip", "float64", "blockwise", (8, 24), False, False),
+    ("qwen3", "float64", "reference", None, False, False),
+])
+def test_huge_rows_are_scale_invariant(family, dtype, backend, dims, normalized, per_dim):
+  # Bar: c * rows give the loss of the rows, and gradients g / c (checked as c * grad).
+  c = HUGE[dtype]
+  n_arr = 3 if family == "qwen3" else 2
+  shapes = [(6, 24), (6, 24), (6, 2, 24)][:n_arr]
+  r = np.random.default_rng(7)
+  arrays = [r.standard_normal(s) for s in shapes]
+  if normalized:
+    arrays = [_unit(a) for a in arrays]
+  kw = dict(backend=backend, matryoshka_dims=dims, normalized_inputs=normalized)
+  if per_dim:
+    kw["config"] = KernelConfig(matryoshka_per_dim=True)
+  fn = lambda *a: _FAMILIES[family](*a, **kw)
+  with jax.enable_x64(dtype == "float64"):
+    small = [jnp.asarray(a, dtype) for a in arrays]
+    big = [jnp.asarray(c * np.asarray(a, np.float64), dtype) for a in small]
+    assert all(np.isfinite(np.asarray(b, np.float64)).all() for b in big)
+    run = jax.jit(jax.value_and_grad(fn, argnums=tuple(range(n_arr))))
+    (val, grads), (val_c, grads_c) = run(*small), run(*big)
+    v_tol, g_tol = {"float32": FP32, "float64": (1e-12, 1e-10)}.get(
+        dtype, LOW[jnp.dtype(jnp.bfloat16)])
+    assert rel_err(val_c, val) <= v_tol, (float(val_c), float(val))
+    for g, g_c in zip(grads, grads_c):
+      g_c = c * np.asarray(g_c, np.float64)
+      assert np.all(np.isfinite(g_c))
+      assert grad_err(g_c, g) <= g_tol, grad_err(g_c, g)
+
+
+# Matryoshka with one block per dim (the GPU default) and on the reference; one block for
+# every dim multiplies a zero row's gradient by its prefix tables (1e12) once more inside
+# the block, beyond float16 before anything can saturate it.
+@pytest.mark.parametrize("backend,dims", [("reference", None), ("blockwise", None),
+                                          ("interpret", None), ("blockwise", (8, 24)),
+                                          ("reference", (8, 24))])
+def test_float16_zero_row_has_finite_gradient(backend, dims):
+  # docs/math.md §2: a zero row is divided by 1e-12, its gradient is g / 1e-12; in float16
+  # that is rounded saturating (+-65504), not to inf. Oracle: the float32 gradient on the
+  # same inputs, saturated for the zero row; the other rows within float16's tolerance.
+  r = np.random.default_rng(3)
+  x, y = (r.standard_normal((6, 24)) for _ in range(2))
+  x[2] = 0.0
+  big = float(jnp.finfo(jnp.float16).max)
+  cfg = None if backend == "reference" or dims is None else KernelConfig(
+      matryoshka_per_dim=True)
+  grad = lambda dt: np.asarray(jax.jit(jax.grad(lambda a, b: clip_loss(
+      a, b, backend=backend, matryoshka_dims=dims, config=cfg), argnums=(0, 1)))(
+          jnp.asarray(x, dt), jnp.asarray(y, dt))[0], np.float64)
+  g16, g32 = grad(jnp.float16), grad(jnp.float32)
+  assert np.all(np.isfinite(g16))
+  assert np.abs(g32[2]).max() > big    # the float32 gradient is out of float16's range
+  np.testing.assert_array_equal(g16[2], np.clip(g32[2], -big, big))
+  rest = np.arange(6) != 2
+  assert grad_err(g16[rest], g32[rest]) <= LOW[jnp.dtype(jnp.float16)][1]

@@ -170,3 +170,31 @@ def test_mask_matters():
   a = qwen3_loss(q, doc, h, margin=0.05, use_qq_negatives=True, backend="blockwise")
   b = qwen3_loss(q, doc, h, margin=2.0, use_qq_negatives=True, backend="blockwise")
   assert float(a) < float(b) - 1e-2
+
+
+def _with_exact_ties(seed, b, d, dtype):
+  """batch() with rows 1 and 5 duplicated (q and d) and every row's first hard negative
+  equal to its positive: candidates whose similarity is the positive's in exact math."""
+  q, doc, h = (np.array(v, np.float32) for v in batch(seed, b, d, 2))
+  q[5], doc[5] = q[1], doc[1]
+  h[:, 0] = doc
+  return [jnp.asarray(v).astype(dtype) for v in (q, doc, h)]
+
+
+# (backend, lit, dtype, dims, per_dim): margin = 0 keeps every exact tie (docs/math.md §6:
+# s <= p + margin + 2^-10) on every backend, as the float64 reference does.
+@pytest.mark.parametrize("backend,lit,dtype,dims,per_dim", [
+    ("blockwise", True, jnp.float32, None, False),
+    ("interpret", False, jnp.float32, None, False),
+    ("blockwise", False, jnp.float32, None, False),
+    ("interpret", True, jnp.float32, (8, 24), False),
+    ("blockwise", False, jnp.float32, (8, 24), True),
+])
+def test_exact_ties_with_the_positive_are_kept(backend, lit, dtype, dims, per_dim):
+  from memeff_jax.config import KernelConfig
+  q, doc, h = _with_exact_ties(4, 12, 24, dtype)
+  kw = dict(margin=0.0, use_qq_negatives=True, matryoshka_dims=dims)
+  cfg = KernelConfig(matryoshka_per_dim=True) if per_dim else None
+  fn = lit_qwen3_loss if lit else qwen3_loss
+  compare(lambda *a, **k: fn(*a, backend=backend, config=cfg, **kw, **k),
+          lambda *a, **k: fn(*a, backend="reference", **kw, **k), [q, doc, h], dtype=dtype)

@@ -1,5 +1,7 @@
 """Bad input raises a clear ValueError / TypeError at trace time, naming the argument."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import pytest
@@ -44,7 +46,13 @@ def test_bad_towers(fn, a, b, err, pattern):
     (dict(tau_plus=jnp.ones(4, jnp.int32)), TypeError, "tau_plus must be floating"),
     (dict(label_smoothing=1.0), ValueError, "label_smoothing must be \\[0.0, 1.0\\)"),
     (dict(label_smoothing=-0.5), ValueError, "label_smoothing must be"),
-    (dict(lse_square_scale=-1e-3), ValueError, "lse_square_scale must be >= 0.0"),
+    (dict(lse_square_scale=-1e-3), ValueError, "lse_square_scale must be \\[0.0, inf\\)"),
+    (dict(lse_square_scale=float("inf")), ValueError,
+     "lse_square_scale must be \\[0.0, inf\\), got lse_square_scale=inf"),
+    # finite in float64, not normal numbers (t or 1 / t) in the float32 computation
+    (dict(temperature=1e39), ValueError,
+     "temperature and 1 / temperature must be normal float32.*temperature=1e\\+39"),
+    (dict(temperature=1e-40), ValueError, "must be normal float32.*temperature=1e-40"),
     (dict(backend="cuda"), ValueError, "backend='cuda'; expected one of"),
     (dict(axis_name="batch"), ValueError, "axis_name='batch' is not bound"),
 ])
@@ -83,3 +91,32 @@ def test_errors_raise_at_trace_time():
 def test_hard_negatives_k0_allowed():
   v = qwen3_loss(x, x, jnp.ones((4, 0, 8)), backend="blockwise")
   assert jnp.isfinite(v)
+
+
+@pytest.mark.parametrize("fn", PAIR)
+def test_logit_scale_as_temperature_warns(fn):
+  # OpenCLIP's / sentence-transformers' scale 20 passed as the temperature.
+  with pytest.warns(UserWarning, match="temperature=20.0 > 1 looks like a logit scale.*"
+                                       "temperature = 1 / scale \\(here 0.05\\)"):
+    fn(x, x, temperature=20.0, backend="blockwise")
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    fn(x, x, temperature=1.0, backend="blockwise")               # 1 is a temperature
+    fn(x, x, temperature=jnp.float32(20.0), backend="blockwise")  # traced: no check
+
+
+@pytest.mark.parametrize("transform", ["jvp", "jacfwd"])
+@pytest.mark.parametrize("fn", [clip_loss, lit_qwen3_loss])
+def test_forward_mode_is_a_clear_error(fn, transform):
+  f = lambda a: fn(a, x + 1.0, backend="blockwise")
+  run = {"jvp": lambda: jax.jvp(f, (x,), (x,)),
+         "jacfwd": lambda: jax.jacfwd(f)(x)}[transform]
+  with pytest.raises(TypeError, match=f"{fn.__name__} does not support forward-mode "
+                                      f"differentiation \\(jax.jvp, jax.jacfwd\\)"):
+    run()
+
+
+def test_unknown_keyword_names_the_loss():
+  with pytest.raises(TypeError, match="^lit_qwen3_loss\\(\\) got an unexpected keyword "
+                                      "argument 'use_dd_negatives'"):
+    lit_qwen3_loss(x, x, use_dd_negatives=True, backend="blockwise")

@@ -154,10 +154,12 @@ def _slab_rows(n: int, block_m: int, row_bytes: int, config: KernelConfig,
 
 
 def _slab_loop(n: int, rows: int, body, init):
-  """``body(r0, carry)`` over the slabs starting at rows 0, rows, 2 rows, ... < n."""
+  """``body(r0, carry)`` over the slabs starting at rows 0, rows, 2 rows, ... < n. r0 has
+  JAX's default int dtype (int64 under jax_enable_x64), as the fori_loop index and the
+  Python ints it meets in the bodies' update indices do."""
   slabs = _cdiv(n, rows)
   if slabs == 1:
-    return body(jnp.int32(0), init)
+    return body(jnp.asarray(0), init)
   return jax.lax.fori_loop(0, slabs, lambda k, c: body(k * rows, c), init)
 
 
