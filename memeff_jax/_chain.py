@@ -132,7 +132,8 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
 
   Reverse mode only (``jax.grad``, ``vjp``, ``jacrev``; ``hessian`` where the backend
   allows): the statistics are a ``jax.custom_vjp``, and JAX's forward-mode error is
-  re-raised naming the loss (backend='reference' has no custom_vjp and takes jvp)."""
+  re-raised naming the loss (backend='reference' has none and takes jvp, but for float16
+  features, whose normalization saturates its cotangent in a custom VJP)."""
   try:
     return _run(family, **kwargs)
   except TypeError as e:
@@ -141,7 +142,8 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
     raise TypeError(
         f"{family.name} does not support forward-mode differentiation (jax.jvp, "
         f"jax.jacfwd): its gradient is a custom VJP (reverse mode: jax.grad, jax.vjp, "
-        f"jax.jacrev). For a Jacobian use jax.jacrev; for a JVP, backend='reference'") from e
+        f"jax.jacrev). For a Jacobian use jax.jacrev; for a JVP, backend='reference' on "
+        f"float32 or float64 features") from e
 
 
 def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:

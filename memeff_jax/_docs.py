@@ -87,7 +87,8 @@ RAISES = """Raises:
     ``backend="reference"``, ``tau_plus`` without negatives.
   TypeError: non-floating, unsupported (float8, ...) or mismatched dtypes, float64 on
     the Triton backends, non-bool flags, a ``config`` that is not a KernelConfig;
-    forward-mode differentiation (``jax.jvp``, ``jax.jacfwd``) but on the reference.
+    forward-mode differentiation (``jax.jvp``, ``jax.jacfwd``) but on the reference
+    with float32 / float64 features.
   NotImplementedError: ``vmap`` / ``jacrev`` / grad-of-grad over the Triton backends.
 
 Traced values cannot raise: a traced hyperparameter out of range or NaN

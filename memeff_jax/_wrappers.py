@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from memeff_jax._validation import check_dims, check_weights
+
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
 MAX_LOGIT_SCALE = 100.0
 
@@ -47,6 +49,18 @@ def initial_log_scale(temperature: float) -> float:
   if not (math.isfinite(temperature) and temperature > 0):
     raise ValueError(f"temperature must be finite and > 0, got {temperature=}")
   return math.log(1.0 / temperature)
+
+
+def matryoshka_options(dims, weights) -> tuple:
+  """A module's ``(matryoshka_dims, matryoshka_weights)`` as tuples (None stays None),
+  checked at construction so that errors name them; the feature size is checked at
+  the call."""
+  if dims is not None:
+    dims = check_dims("matryoshka_dims", dims)
+  if weights is not None:   # without dims the count is checked at the call
+    k = len(dims) if dims is not None else getattr(weights, "__len__", lambda: 0)()
+    weights = check_weights("matryoshka_weights", weights, k)
+  return dims, weights
 
 
 def check_max_logit_scale(max_logit_scale: float | None) -> float | None:

@@ -73,7 +73,8 @@ from jax.typing import ArrayLike
 import memeff_jax
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
-                                  initial_log_scale, temperature_from_log_scale)
+                                  initial_log_scale, matryoshka_options,
+                                  temperature_from_log_scale)
 from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import grad_cache
 
@@ -128,6 +129,7 @@ class _LossModule(nn.Module):
     initial_log_scale(self.temperature)
     check_flag("learnable", self.learnable)
     check_max_logit_scale(self.max_logit_scale)
+    matryoshka_options(self.matryoshka_dims, self.matryoshka_weights)
     super().__post_init__()
 
   def setup(self):

@@ -42,7 +42,8 @@ from jax.typing import ArrayLike
 import memeff_jax
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
-                                  initial_log_scale, temperature_from_log_scale)
+                                  initial_log_scale, matryoshka_options,
+                                  temperature_from_log_scale)
 from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
 
@@ -97,8 +98,8 @@ class _LossModule(nnx.Module):
     self.tau_plus = tau_plus
     self.label_smoothing = label_smoothing
     self.lse_square_scale = lse_square_scale
-    self.matryoshka_dims = None if matryoshka_dims is None else tuple(matryoshka_dims)
-    self.matryoshka_weights = None if matryoshka_weights is None else tuple(matryoshka_weights)
+    self.matryoshka_dims, self.matryoshka_weights = matryoshka_options(matryoshka_dims,
+                                                                       matryoshka_weights)
     self.axis_name = axis_name
     self.backend = backend
     self.deterministic = deterministic

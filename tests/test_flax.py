@@ -289,6 +289,19 @@ def test_learnable_must_be_a_bool(framework, learnable):
     module(learnable=learnable)
 
 
+@pytest.mark.parametrize("framework", ["nnx", "linen"])
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(matryoshka_dims=8), TypeError, "matryoshka_dims must be a sequence of ints"),
+    (dict(matryoshka_dims=(8, 4)), ValueError, "matryoshka_dims must be strictly increasing"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0,)), ValueError,
+     "matryoshka_weights must have one entry per dim"),
+    (dict(matryoshka_weights=0.5), TypeError, "matryoshka_weights must be a sequence")])
+def test_matryoshka_options_named_at_construction(framework, kwargs, error, match):
+  module = (mnnx if framework == "nnx" else mlinen).CLIPLoss
+  with pytest.raises(error, match=match):
+    module(**kwargs)
+
+
 def test_import_memeff_jax_does_not_import_flax():
   code = ("import sys, memeff_jax, memeff_jax.classes; "
           "bad = sorted(m for m in sys.modules if m == 'flax' or m.startswith('flax.')); "
