@@ -380,3 +380,16 @@ def test_grad_cache_triton(family):
   got = jax.jit(mj.grad_cache(embed, loss_fn, chunk_size=512))(params, batch, rng)
   want = jax.jit(_plain(embed, loss_fn, 512))(params, batch, rng)
   _assert_close(got, want, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("lit,dims", [(False, None), (True, None), (True, (8, 24))])
+def test_exact_ties_with_the_positive_are_kept_triton(lit, dims, dtype):
+  # margin = 0 keeps every exact tie on the GPU's tensor-core tiles (tf32 for fp32
+  # inputs) as the float64 reference does: the tolerance 2^-10 of docs/math.md §6.
+  from tests.test_qwen3 import _with_exact_ties
+  q, doc, h = _with_exact_ties(4, 12, 24, dtype)
+  kw = dict(margin=0.0, use_qq_negatives=True, matryoshka_dims=dims)
+  fn = mj.lit_qwen3_loss if lit else mj.qwen3_loss
+  compare(lambda *a, **k: fn(*a, backend="triton", **kw, **k),
+          lambda *a, **k: fn(*a, backend="reference", **kw, **k), [q, doc, h], dtype=dtype)
