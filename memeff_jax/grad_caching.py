@@ -63,8 +63,16 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
   Inside ``jax.shard_map`` each device chunks its own shard of ``batch``; give
   ``loss_fn`` the ring loss (``axis_name=``). Parameter gradients are summed over the
   devices once, after the last chunk. Fold ``lax.axis_index`` into ``rng`` for
-  per-device dropout. For global arrays, run ``step`` under ``jax.shard_map`` with
-  ``params`` and ``rng`` replicated and ``batch`` split (README, "Large batches").
+  per-device dropout. With global arrays, :func:`memeff_jax.sharded` does the
+  splitting; build the step inside it, where the axis name is known::
+
+    def per_shard(batch, axis_name):
+      loss = functools.partial(my_loss, axis_name=axis_name)
+      return grad_cache(embed_fn, loss, chunk_size=c)(params, batch)
+    value, grads = jax.jit(lambda b: memeff_jax.sharded(per_shard, mesh, "data")(b))(batch)
+
+  (A batch that does not split evenly over the devices needs ``per_shard`` to take
+  ``where=`` and hand it to the loss: ``sharded`` pads with removed rows.)
 
   Args:
     embed_fn: ``embed_fn(params, chunk, key) -> embeddings``: ``chunk`` is ``batch``

@@ -326,3 +326,25 @@ def test_nnx_step_with_dropout_batch_norm_and_a_learnable_temperature():
               for v in (a, b))
       np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-12, atol=0)
     assert int(model.drop.rngs.count[...]) == 3 * 2   # 3 chunks x 2 dropout calls
+
+
+def test_under_sharded_with_global_arrays():
+  # Global arrays through memeff_jax.sharded: the step closes over the (replicated)
+  # params and takes the ring's axis_name from sharded (None when sharded probes the
+  # global shapes), the batch is split over the mesh axis; equal to the plain step on
+  # one device (no dropout).
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",))
+  embed = functools.partial(_embed, dropout=False)
+  with jax.enable_x64(True):
+    params, batch = _params(jnp.float64), _batch(32, jnp.float64)
+
+    @jax.jit
+    def global_step(params, batch):
+      def per_shard(b, axis_name):
+        step = grad_cache(embed, _loss("clip", axis_name=axis_name), chunk_size=3)
+        return step(params, b)
+      return memeff_jax.sharded(per_shard, mesh, "data")(batch)
+
+    got = global_step(params, batch)
+    want = jax.jit(_plain(embed, _loss("clip"), 32))(params, batch)
+    _assert_close(got, want, 1e-10)
