@@ -19,7 +19,7 @@ and one backward. ``grad_cache`` is the functional form (params pytrees, Linen,
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
