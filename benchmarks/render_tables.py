@@ -494,8 +494,8 @@ def sections(results: str, prefix: str, plots: str, later: list[str],
     if draw:
       plot_grad_cache(rows, png, f"{gpu}: ViT-S/16 + 6-layer text tower, bf16, "
                       "loss and gradients")
-    out["plot:grad-cache"] = link(png, "compiled step memory and images per second vs "
-                                  "global batch: plain value_and_grad and grad_cache")
+    out["plot:grad-cache"] = link(png, "step memory and images/s vs batch, plain and "
+                                  "grad_cache")
   rings = sorted(glob.glob(os.path.join(results, f"{prefix}_ring*.csv")))
   if rings:
     rows = read(*rings)
