@@ -127,13 +127,10 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
     def embed(p, state, chunk, i):
       return embed_fn(p, chunk, None if rng is None else jax.random.fold_in(rng, i)), state
 
-    def loss(p, state, e):
-      out = loss_fn(p, e)
-      return (out[0], (out[1], state)) if has_aux else (out, (None, state))
-
-    (value, aux), grads, _ = cached_value_and_grad(embed, loss, params, None, batch,
-                                                   chunk_size)
-    return ((value, aux) if has_aux else value), grads
+    loss = lambda p, state, e: (loss_fn(p, e), state)
+    out, grads, _ = cached_value_and_grad(embed, loss, params, None, batch, chunk_size,
+                                          has_aux)
+    return out, grads
 
   return step
 
@@ -145,11 +142,12 @@ def check_chunk_size(chunk_size) -> int:
 
 
 def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
-                          chunk_size: int):
-  """``((loss, aux), grads, state)``: the three passes over a threaded ``state``.
+                          chunk_size: int, has_aux: bool):
+  """``(out, grads, state)``: the three passes over a threaded ``state``; ``out`` is the
+  loss, or ``(loss, aux)`` with ``has_aux``.
 
   ``embed(params, state, chunk, i) -> (embeddings, state)`` embeds chunk ``i``, and
-  ``loss(params, state, embeddings) -> (loss, (aux, state))``. The state (NNX's RNG
+  ``loss(params, state, embeddings) -> (out, state)``. The state (NNX's RNG
   counters and batch statistics; ``None`` for the functional form) flows through the
   first pass into the loss; each chunk's gradient pass starts from the state that
   chunk's first pass saw and changes nothing.
@@ -186,10 +184,11 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
 
   state_in = state
 
-  def loss_of(p, float_leaves):
+  def loss_of(p, float_leaves):   # (loss, (aux, state))
     it = iter(float_leaves)
     e = jax.tree.unflatten(tree, [next(it) if f else v for v, f in zip(leaves, floats)])
-    return loss(p, state_in, e)
+    out, st = loss(p, state_in, e)
+    return (out[0], (out[1], st)) if has_aux else (out, (None, st))
 
   float_leaves = [v for v, f in zip(leaves, floats) if f]
   (value, (aux, state_out)), (grads, emb_grads) = jax.value_and_grad(
@@ -199,8 +198,9 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
   # embeddings whose gradient is zero by construction (a locked tower) are left out,
   # so XLA drops their recomputation.
   live = _live_leaves(loss_of, params, float_leaves)
+  out = (value, aux) if has_aux else value
   if not any(live):
-    return (value, aux), grads, state_out
+    return out, grads, state_out
   axes = tuple(sorted(_vma(batch) - _vma(params), key=str))
   p_local = vary_like(params, batch)
 
@@ -227,7 +227,7 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
     acc = pull(acc, state_rem, full * chunk_size, rem, full)
   if axes:   # one all-reduce of the parameter gradients, after the last chunk
     acc = jax.tree.map(operator.add, grads, lax.psum(acc, axes))
-  return (value, aux), acc, state_out
+  return out, acc, state_out
 
 
 def _batch_rows(batch) -> int:

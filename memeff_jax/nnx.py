@@ -300,13 +300,10 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
       del i
       return run(embed_fn, p, st, chunk)
 
-    def loss(p, st, e):
-      out, st = run(loss_fn, p, st, e)
-      return (out[0], (out[1], st)) if has_aux else (out, (None, st))
-
-    (value, aux), grads, state = cached_value_and_grad(embed, loss, params, state, batch,
-                                                       chunk_size)
+    loss = lambda p, st, e: run(loss_fn, p, st, e)
+    out, grads, state = cached_value_and_grad(embed, loss, params, state, batch,
+                                              chunk_size, has_aux)
     nnx.update(model, state)
-    return ((value, aux) if has_aux else value), grads
+    return out, grads
 
   return step
