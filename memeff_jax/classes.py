@@ -47,16 +47,16 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, ClassVar, Hashable, Literal
+from typing import Any, Callable, ClassVar, Hashable
 
 import jax
 from jax.typing import ArrayLike
 
 import memeff_jax
+from memeff_jax.backends.registry import BackendName as Backend
 from memeff_jax._validation import check_dims, check_weights
 from memeff_jax._wrappers import call_loss
 
-Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 
 __all__ = [
     "DistributedMemoryEfficientCLIPLoss",

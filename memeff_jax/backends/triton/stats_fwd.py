@@ -13,9 +13,9 @@ exponential per entry against a fixed shift serves both sides, with no maxima
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import (drop_pairs, load_bias, load_tile, logits, lse2,
-                                        lse2_merge, safe_max, similarity, tile_origin,
-                                        tile_similarity)
+from memeff_jax.backends.triton._common import (drop_pairs, load_bias, load_tile, logits, lse2,
+                                                lse2_merge, safe_max, similarity, tile_origin,
+                                                tile_similarity)
 
 
 @triton.jit
