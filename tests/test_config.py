@@ -19,7 +19,7 @@ from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshk
                                paired_config, smem_bytes)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import backend as launch
-from memeff_jax.backends.triton import call
+from memeff_jax.backends.triton import backward, call
 from tests._check import jaxpr_eqns, kernel_path_config
 
 DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
@@ -204,8 +204,8 @@ def _record_gradient_paths(monkeypatch):
   (``_lse_bwd_tiled``) or the FlashAttention-shaped (``_lse_bwd_fa``) one."""
   calls = []
   for name in ("_lse_bwd_tiled", "_lse_bwd_fa"):
-    real = getattr(launch, name)
-    monkeypatch.setattr(launch, name, lambda *a, _r=real, _n=name, **k: (
+    real = getattr(backward, name)
+    monkeypatch.setattr(backward, name, lambda *a, _r=real, _n=name, **k: (
         calls.append((_n, k.get("pair") is not None)), _r(*a, **k))[1])
   return calls
 

@@ -82,7 +82,7 @@ def _k(v, dims):
 class BlockwiseBackend:
   """``fwd_stats`` / ``bwd`` over column tiles; see ``_core`` for the contract.
 
-  tile: the column tile; None: the config's ``blockwise_tile`` (512 by default)."""
+  tile: the column tile; None: the config's ``blockwise.tile`` (512 by default)."""
 
   tile: int | None = None
   name: str = "blockwise"
@@ -135,7 +135,7 @@ class BlockwiseBackend:
     raise NotImplementedError("the blockwise backend has no paired gradient (pairs is False)")
 
   def _tile(self, spec) -> int:
-    return self.tile if self.tile is not None else _config(spec).blockwise_tile
+    return self.tile if self.tile is not None else _config(spec).blockwise.tile
 
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
           out_dtype):

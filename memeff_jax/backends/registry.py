@@ -36,7 +36,8 @@ def _reference() -> Backend:
 
 @functools.cache
 def _triton(interpret: bool) -> Backend:
-  from memeff_jax.backends.triton.backend import TritonBackend  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from memeff_jax.backends.triton.backend import TritonBackend
   return first_order_only(TritonBackend(interpret=interpret))
 
 

@@ -63,11 +63,12 @@ class Plan:
   @property
   def bounded(self) -> bool:
     """Whether the forward runs bounded (``fwd_floor`` applies)."""
-    return self.config.fwd_bounded and (self.config.fwd_tiled or self.ladder is not None)
+    alg = self.config.algorithm
+    return alg.fwd_bounded and (alg.fwd_tiled or self.ladder is not None)
 
   def pairs(self, m: int) -> bool:
     """Whether a block of ``m`` columns takes ``bwd_pair``."""
-    return self.config.bwd_pair or m <= self.config.bwd_pair_max_batch
+    return self.config.algorithm.bwd_pair or m <= self.config.budgets.bwd_pair_max_batch
 
 
 @functools.lru_cache(maxsize=1024)
@@ -76,14 +77,14 @@ def resolve_plan(key: PlanKey) -> Plan:
   itemsize = jnp.dtype(key.dtype).itemsize
   default = default_config(key.d, key.dtype, interpret=key.interpret, smem_kib=key.smem_kib)
   cfg = key.config if key.config is not None else default
-  user_tiles = key.config is not None and dataclasses.replace(
-      cfg, matryoshka_per_dim=default.matryoshka_per_dim) != default
+  user_tiles = key.config is not None and cfg.evolve(
+      algorithm=dict(matryoshka_per_dim=default.algorithm.matryoshka_per_dim)) != default
   ladder = None
   if key.dims is not None:
     cfg = matryoshka_config(cfg, key.dims, itemsize, key.smem_kib,
                             retile=not user_tiles and not key.interpret,
                             interpret=key.interpret)
-    ladder = Ladder.of(key.dims, cfg.fwd_block_d)
+    ladder = Ladder.of(key.dims, cfg.fwd.block_d)
   return Plan(config=cfg, paired=paired_config(cfg, key.d, itemsize, key.smem_kib),
               ladder=ladder, user_tiles=user_tiles)
 

@@ -43,10 +43,14 @@ class BwdCall:
   masks: Any = None
   pair: Any = None
 
+  def options(self) -> dict:
+    """The fields as keywords (a launcher's ``**options``)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
   @property
   def tiled(self) -> bool:
     """The tiled (coefficient-slab) gradient: configured so, or paired."""
-    return self.config.bwd_tiled or self.pair is not None
+    return self.config.algorithm.bwd_tiled or self.pair is not None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,7 +95,7 @@ def lse_bwd(x, y, scale, offsets, row, col, **options):
   flags = dict(HAS_MASK=c.masks is not None, HAS_ROW=row is not None, HAS_COL=col is not None,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=c.exclude_self,
-               WANT_CS=c.want_cs, PRECISION=c.config.precision)
+               WANT_CS=c.want_cs, PRECISION=c.config.algorithm.precision)
   go = lambda side_stats, fl: _launch(x, y, scale, offsets, Coefs(side_stats, fl, scal, g_max),
                                       c)
   plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
@@ -118,14 +122,15 @@ def lse_bwd(x, y, scale, offsets, row, col, **options):
 def _launch(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
   """lse_bwd's launches for one form of the statistics (``coefs``)."""
   if c.tiled:
-    return _lse_bwd_tiled(x, y, scale, offsets, coefs, c)
+    return _lse_bwd_tiled(x, y, scale, offsets, coefs, **c.options())
   d = x.shape[1]
   if c.prefix is not None:   # Matryoshka: the ladder's chunks, every feature in one launch
     chunk = c.prefix[2].chunk
-    return _lse_bwd_fa(x, y, offsets, coefs, c, _Features(chunk, d // chunk))
-  block_d, num_d = chunks(d, c.config.bwd_block_d)
-  block_do, num_do = chunks(d, c.config.bwd_block_do)
-  dx, cs = _lse_bwd_fa(x, y, offsets, coefs, c, _Features(block_d, num_d, block_do, num_do))
+    return _lse_bwd_fa(x, y, offsets, coefs, _Features(chunk, d // chunk), **c.options())
+  block_d, num_d = chunks(d, c.config.bwd.block_d)
+  block_do, num_do = chunks(d, c.config.bwd.block_do)
+  dx, cs = _lse_bwd_fa(x, y, offsets, coefs, _Features(block_d, num_d, block_do, num_do),
+                       **c.options())
   return dx, (None if cs is None else cs[0])
 
 
@@ -141,12 +146,13 @@ class _Features:
   num_do: int = 1
 
 
-def _lse_bwd_fa(x, y, offsets, coefs: Coefs, c: BwdCall, feats: _Features):
+def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
-  ``(dx, cs)``, cs [K, n] or None."""
+  ``(dx, cs)``, cs [K, n] or None. ``options``: the fields of ``BwdCall``."""
+  c = BwdCall(**options)
   config, want_cs = c.config, c.want_cs
   (n, d), m = x.shape, y.shape[0]
-  bm, bn = config.bwd_block_m, config.bwd_block_n
+  bm, bn = config.bwd.block_m, config.bwd.block_n
   f32 = jnp.float32
   block_d, num_d, num_do = feats.block_d, feats.num_d, feats.num_do
   k, segs, has_tab, x_tab, y_tab = prefix_args(c.prefix, num_d)
@@ -159,8 +165,8 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, c: BwdCall, feats: _Features):
   dx, cs = call(
       _lse_bwd_kernel, x, y, coefs.scal, stack_offsets(offsets), *coefs.side_stats, x_tab,
       y_tab, xb, yb, n, m, per_split, out_shapes=out_shapes,
-      grid=(cdiv(n, bm), num_do, num_splits), num_warps=config.bwd_num_warps,
-      num_stages=config.bwd_num_stages, name="memeff/lse_bwd", interpret=c.interpret, D=d,
+      grid=(cdiv(n, bm), num_do, num_splits), num_warps=config.bwd.num_warps,
+      num_stages=config.bwd.num_stages, name="memeff/lse_bwd", interpret=c.interpret, D=d,
       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
       REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), K=k, SEGS=segs,
       HAS_TAB=has_tab, **dict(coefs.flags, WANT_CS=want_cs))
@@ -168,18 +174,19 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, c: BwdCall, feats: _Features):
   return dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None)
 
 
-def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
+def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
   then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
   feature segment k of y). ``coefs`` comes from lse_bwd, as for the FlashAttention-shaped
-  kernel. ``c.pair`` (None, or the columns' ``(want_cs, out_dtype)``): the same slabs
+  kernel. ``pair`` (None, or the columns' ``(want_cs, out_dtype)``): the same slabs
   also give the columns' gradient, dy += scale * g_max * c[slab]^T @ x[slab], and their
-  sums of c s."""
+  sums of c s. ``options``: the fields of ``BwdCall``."""
+  c = BwdCall(**options)
   config, prefix, pair, want_cs = c.config, c.prefix, c.pair, c.want_cs
   side_stats, flags, scal, g_max = coefs.side_stats, coefs.flags, coefs.scal, coefs.g_max
   (n, d), m = x.shape, y.shape[0]
-  bm, bn = config.bwd_block_m, config.bwd_block_n
-  block_k, num_k = chunks(d, config.bwd_block_d) if prefix is None else (
+  bm, bn = config.bwd.block_m, config.bwd.block_n
+  block_k, num_k = chunks(d, config.bwd.block_d) if prefix is None else (
       prefix[2].chunk, d // prefix[2].chunk)
   k, segs, has_tab, x_tab, y_tab = prefix_args(prefix, num_k)
   ends = (d,) if prefix is None else prefix[2].ends
@@ -190,7 +197,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
   # them) ride on top, so that a power-of-two budget and batch give whole slabs (at
   # B = 16384 the 64 MiB budget is 8 slabs of 2048 rows, not 9 of 1856 padded to 16704).
   rows = slab_rows(n, bm, k * m * jnp.dtype(c_dtype).itemsize, config,
-                   min_rows=config.min_slab_rows)
+                   min_rows=config.budgets.min_slab_rows)
   want_cs_col = pair is not None and pair[0]
   # Both roles: one exponential per entry, on a shift each tile picks (TILE_SHIFT).
   tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
@@ -215,7 +222,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
     coef, cs_part, cs_col_part = call(
         _tile_coef_bwd_kernel, x, y, scal[:1], stack_offsets(offsets, r0), *side_stats,
         x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
-        num_warps=config.bwd_num_warps, num_stages=config.bwd_num_stages,
+        num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
         name="memeff/tile_coef_bwd", interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
         WANT_CS_COL=want_cs_col, SPAN=SHARED_SPAN, **tile_flags)

@@ -27,12 +27,12 @@ def chunks(d: int, block: int) -> tuple[int, int]:
 
 
 def splits(m: int, block_n: int, programs: int, cfg: KernelConfig) -> tuple[int, int]:
-  """Split the column sweep so at least ``cfg.min_programs`` programs run.
+  """Split the column sweep so at least ``cfg.budgets.min_programs`` programs run.
 
   Returns (splits, columns per split); a split is a whole number of column tiles.
   """
   col_tiles = cdiv(m, block_n)
-  num = max(1, min(col_tiles, cdiv(cfg.min_programs, programs)))
+  num = max(1, min(col_tiles, cdiv(cfg.budgets.min_programs, programs)))
   per_split = cdiv(col_tiles, num) * block_n
   return cdiv(m, per_split), per_split
 
@@ -58,10 +58,10 @@ def offsets(offs, *more) -> jax.Array:
 def slab_rows(n: int, block_m: int, row_bytes: int, config: KernelConfig,
               min_rows: int = 1) -> int:
   """Rows per slab of the tiled passes: a multiple of block_m whose per-slab buffers
-  (row_bytes per row) fit config.slab_kib, at least min_rows, at most the (padded)
+  (row_bytes per row) fit config.budgets.slab_kib, at least min_rows, at most the (padded)
   batch; then evened out over the slabs that takes (n = 4100 in 2048-row slabs would
   run a third slab of 4 rows padded to 2048; three slabs of 1408 rows pad 124)."""
-  budget = config.slab_kib * 2**10 // max(row_bytes, 1) // block_m * block_m
+  budget = config.budgets.slab_kib * 2**10 // max(row_bytes, 1) // block_m * block_m
   rows = min(max(budget, cdiv(min_rows, block_m) * block_m, block_m), n)
   return cdiv(cdiv(n, cdiv(n, rows)), block_m) * block_m
 
@@ -77,7 +77,7 @@ def slab_loop(n: int, rows: int, body, init):
 
 
 def dot_precision(config: KernelConfig, dtype):
-  if jnp.dtype(dtype).itemsize < 4 or config.precision == "tf32":
+  if jnp.dtype(dtype).itemsize < 4 or config.algorithm.precision == "tf32":
     return jax.lax.Precision.DEFAULT
   return jax.lax.Precision.HIGHEST
 

@@ -16,7 +16,7 @@ from memeff_jax.backends.triton.call import (LN2, LOG2E, bias_args, call, cdiv, 
 from memeff_jax.backends.triton.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 from memeff_jax.config import KernelConfig
 
-# The bounded forward (KernelConfig.fwd_bounded) sums 2^(z - shift) with one shift per
+# The bounded forward (Algorithm.fwd_bounded) sums 2^(z - shift) with one shift per
 # block, shift = scale log2(e) - BOUND_HEADROOM: for |s| <= 1 no term passes 2^96, so
 # no sum of up to 2^30 terms overflows. Terms under 2^-126 flush to zero, at most
 # 2^-96 of them in all, so a sum >= 2^-BOUND_DEPTH is exact to fp32 rounding (2^-26):
@@ -55,10 +55,10 @@ def lse_fwd(x, y, scale, row_thr, offsets, **options):
 
 def _lse_fwd(x, y, scale, row_thr, offsets, c: FwdCall):
   config = c.config
-  if config.fwd_tiled or c.prefix is not None:
+  if config.algorithm.fwd_tiled or c.prefix is not None:
     return _lse_fwd_tiled(x, y, scale, row_thr, offsets, c)
   assert not c.bounded, "the bounded forward is tiled"
-  if c.two_sided and config.fwd_col_pass:   # the columns' statistics as a second row pass
+  if c.two_sided and config.algorithm.fwd_col_pass:   # the columns' statistics as a second row pass
     one = dataclasses.replace(c, two_sided=False, want_max=True)   # (the ring drops them)
     lse_row, _, max_row, _ = _lse_fwd(x, y, scale, row_thr, offsets, one)
     lse_col, _, max_col, _ = _lse_fwd(
@@ -66,10 +66,10 @@ def _lse_fwd(x, y, scale, row_thr, offsets, c: FwdCall):
         dataclasses.replace(one, masks=None if c.masks is None else c.masks[::-1]))
     return lse_row, lse_col, max_row, max_col
   (n, d), m = x.shape, y.shape[0]
-  bm, bn = config.fwd_block_m, config.fwd_block_n
-  block_d, num_d = chunks(d, config.fwd_block_d)
+  bm, bn = config.fwd.block_m, config.fwd.block_n
+  block_d, num_d = chunks(d, config.fwd.block_d)
   row_tiles = cdiv(n, bm)
-  programs = min(row_tiles, config.max_programs) if c.two_sided else row_tiles
+  programs = min(row_tiles, config.budgets.max_programs) if c.two_sided else row_tiles
   num_splits, per_split = splits(m, bn, programs, config)
   f32 = jnp.float32
   scal = jnp.reshape(scale * LOG2E, (1,)).astype(f32)
@@ -79,10 +79,10 @@ def _lse_fwd(x, y, scale, row_thr, offsets, c: FwdCall):
   xb, yb, has_mask = bias_args(c.masks, row_tiles * bm, cdiv(m, bn) * bn)
   lse_row, lse_col, max_row, max_col = call(
       _lse_fwd_kernel, x, y, scal, thr, stack_offsets(offsets), xb, yb, n, m, per_split,
-      out_shapes=out_shapes, grid=(programs, num_splits), num_warps=config.fwd_num_warps,
-      num_stages=config.fwd_num_stages, name="memeff/lse_fwd", interpret=c.interpret, D=d,
+      out_shapes=out_shapes, grid=(programs, num_splits), num_warps=config.fwd.num_warps,
+      num_stages=config.fwd.num_stages, name="memeff/lse_fwd", interpret=c.interpret, D=d,
       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, ROW_THR=row_thr is not None,
-      EXCLUDE_SELF=c.exclude_self, TWO_SIDED=c.two_sided, PRECISION=config.precision,
+      EXCLUDE_SELF=c.exclude_self, TWO_SIDED=c.two_sided, PRECISION=config.algorithm.precision,
       HAS_MASK=has_mask)
   lse_row = jax.nn.logsumexp(lse_row * LN2, axis=0)
   lse_col = jax.nn.logsumexp(lse_col * LN2, axis=0) if c.two_sided else None
@@ -106,8 +106,8 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
   config, prefix, two_sided, bounded, want_max = (c.config, c.prefix, c.two_sided, c.bounded,
                                                   c.want_max)
   (n, d), m = x.shape, y.shape[0]
-  bm, bn = config.fwd_block_m, config.fwd_block_n
-  block_k, num_k = chunks(d, config.fwd_block_d) if prefix is None else (
+  bm, bn = config.fwd.block_m, config.fwd.block_n
+  block_k, num_k = chunks(d, config.fwd.block_d) if prefix is None else (
       prefix[2].chunk, d // prefix[2].chunk)
   k, segs, has_tab, x_tab, y_tab = prefix_args(prefix, num_k)
   col_tiles = cdiv(m, bn)
@@ -127,8 +127,8 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
   out_shapes = [part((k, col_tiles, rows)), part(col_shape),
                 part((k, col_tiles, rows) if maxima else (1,)),
                 part(col_shape if maxima else (1,))]
-  warps = config.fwd_one_sided_warps
-  warps = config.fwd_num_warps if two_sided or warps is None else warps
+  warps = config.fwd.one_sided_warps
+  warps = config.fwd.num_warps if two_sided or warps is None else warps
   if bounded:   # sums, added
     merge, add, empty = (lambda p: jnp.sum(p, axis=1)), jnp.add, 0.0
   else:         # log-sum-exps (log2 units in, natural out), merged
@@ -139,10 +139,10 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
     row_part, col_part, row_max, col_max = call(
         _tile_lse_fwd_kernel, x, y, scal, thr, stack_offsets(offsets, r0), x_tab, y_tab, xb,
         yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles), num_warps=warps,
-        num_stages=config.fwd_num_stages, name="memeff/tile_lse_fwd", interpret=c.interpret,
+        num_stages=config.fwd.num_stages, name="memeff/tile_lse_fwd", interpret=c.interpret,
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=c.exclude_self, TWO_SIDED=two_sided,
-        PRECISION=config.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask,
+        PRECISION=config.algorithm.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask,
         BOUNDED=bounded, WANT_MAX=want_max)
     lse_row = jax.lax.dynamic_update_slice(lse_row, merge(row_part), (0, r0))
     if two_sided:
