@@ -131,7 +131,8 @@ class BlockwiseBackend:
   def pairs(self, x, y, spec) -> bool:   # one gradient pass per tower: no bwd_pair
     return False
 
-  def bwd_pair(self, x, y, scale, **kwargs):
+  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+               out_dtype):
     raise NotImplementedError("the blockwise backend has no paired gradient (pairs is False)")
 
   def _tile(self, spec) -> int:
