@@ -1,7 +1,8 @@
 """What a backend is: the ``Backend`` Protocol that ``_core`` and ``ring`` call, and
 the first-order guard generated from it.
 
-A backend computes one block's statistics and their gradient (docs/math.md §2, §5):
+A backend computes one block's statistics and their gradient (docs/math.md §3; the
+ring calls it once per hop, §9):
 ``fwd_stats`` the row (and column) log-sum-exps and maxima, ``bwd`` the rows'
 gradient from them, ``bwd_pair`` both towers' from one pass where ``pairs`` says so,
 ``fwd_floor`` the lse above which a bounded forward is exact (None: exact only), and

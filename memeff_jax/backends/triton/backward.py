@@ -1,5 +1,5 @@
 """Backward launchers: the rows' gradient ``scale * sum_j c_ij y_j`` and sums
-``sum_j c_ij s_ij`` from saved statistics (``grad_bwd``; docs/math.md §5), as one
+``sum_j c_ij s_ij`` from saved statistics (``grad_bwd``; docs/math.md §3), as one
 FlashAttention-shaped pass or as coefficient slabs multiplied in by XLA dots (and,
 paired, both towers from one set of slabs)."""
 

@@ -1,5 +1,5 @@
 """Forward launchers: a block's row (and column) log-sum-exps and maxima from the
-statistics kernels (``stats_fwd``), partial outputs reduced in JAX (docs/math.md §2)."""
+statistics kernels (``stats_fwd``), partial outputs reduced in JAX (docs/math.md §3)."""
 
 from __future__ import annotations
 
