@@ -53,9 +53,9 @@ import jax
 from jax.typing import ArrayLike
 
 import memeff_jax
-from memeff_jax.backends.registry import BackendName as Backend
 from memeff_jax._validation import check_dims, check_weights
 from memeff_jax._wrappers import call_loss
+from memeff_jax.backends.registry import BackendName as Backend
 
 
 __all__ = [

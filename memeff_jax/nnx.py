@@ -40,11 +40,11 @@ from flax import nnx
 from jax.typing import ArrayLike
 
 import memeff_jax
-from memeff_jax.backends.registry import BackendName as Backend
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, matryoshka_options,
                                   temperature_from_log_scale)
+from memeff_jax.backends.registry import BackendName as Backend
 from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
 
