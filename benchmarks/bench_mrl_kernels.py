@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 from triton.testing import do_bench
 
-from memeff_jax.kernels.grad_bwd import _lse_bwd_kernel
-from memeff_jax.kernels.stats_fwd import _tile_lse_fwd_kernel
+from memeff_jax.backends.triton.grad_bwd import _lse_bwd_kernel
+from memeff_jax.backends.triton.stats_fwd import _tile_lse_fwd_kernel
 
 B, D = 65536, 512
 SEG4 = 1 | 2 << 16 | 4 << 32 | 8 << 48   # dims (64, 128, 256, 512) in 64-feature chunks

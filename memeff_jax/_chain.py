@@ -22,11 +22,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax import _dispatch, _terms, _validation, reference
+from memeff_jax import _terms, _validation, backends
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
                                poison_flag, pow2_scale, ring_size, softmax_terms,
                                stable_scale, taint, upcast)
+from memeff_jax.backends.base import DenseBackend
 
 _P = ParamSpec("_P")
 # Set (at trace time) while a loss function (``value_only``) runs its ``*_with_stats``
@@ -173,22 +174,18 @@ def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   dims, weights = _validation.check_matryoshka(o["matryoshka_dims"], o["matryoshka_weights"], d)
   for flag in ("normalized_inputs", "stable", "deterministic"):
     _validation.check_flag(flag, o[flag])
-  be = _dispatch.resolve(o["backend"], arrays[0].dtype)
+  be = backends.resolve(o["backend"], arrays[0].dtype)
   config = _validation.check_config(o["config"], o["backend"])
   axis_name = o["axis_name"]
   _validation.check_axis(axis_name, *zip(family.arrays, arrays))
   own = family.validate(**own)
-  if be is None:
-    if axis_name is not None:
-      raise ValueError("backend='reference' is single-device: it has no axis_name ring")
-    ref = functools.partial(family.reference, **own, temperature=temperature,
-                            stable=o["stable"], tau_plus=tau_plus,
-                            label_smoothing=o["label_smoothing"],
-                            lse_square_scale=o["lse_square_scale"], where=mask)
-    if dims is None:
-      return ref(*arrays, normalized_inputs=o["normalized_inputs"])
-    return reference.matryoshka_fused_with_stats(
-        ref, *arrays, dims=dims, weights=weights, normalized_inputs=o["normalized_inputs"])
+  if isinstance(be, DenseBackend):   # backend="reference": the family's dense oracle
+    return be.dense_loss(family.reference, arrays, dims=dims, weights=weights,
+                         axis_name=axis_name, **own, temperature=temperature,
+                         stable=o["stable"], tau_plus=tau_plus,
+                         label_smoothing=o["label_smoothing"],
+                         lse_square_scale=o["lse_square_scale"], where=mask,
+                         normalized_inputs=o["normalized_inputs"])
 
   if len(arrays) > 2 and arrays[2] is not None and arrays[2].shape[1] == 0:
     arrays[2] = None                                   # k = 0 hard negatives: none

@@ -14,7 +14,6 @@ import contextlib
 import numbers
 import os
 import warnings
-from typing import Literal
 
 import jax
 import jax.numpy as jnp
@@ -23,6 +22,8 @@ from jax import lax
 from jax.experimental import checkify
 
 from memeff_jax._compat import varying_axes
+from memeff_jax.backends import registry
+from memeff_jax.backends.registry import BackendName
 from memeff_jax.config import KernelConfig
 
 # Input dtypes every backend computes in (float64 needs jax_enable_x64 and the
@@ -282,14 +283,11 @@ def value_checks(arrays: dict, hyper: dict):
   return jnp.all(jnp.stack(oks))
 
 
-Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
-BACKENDS = ("auto", "triton", "interpret", "blockwise", "reference")
+Backend = BackendName   # the public names live in backends.registry
 
 
 def check_backend(backend) -> str:
-  if backend not in BACKENDS:
-    raise ValueError(f"backend={backend!r}; expected one of {BACKENDS}")
-  return backend
+  return registry.check(backend)
 
 
 def check_flag(name: str, v) -> bool:

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from typing import Any, Callable, ClassVar, Hashable, Literal
+from typing import Any, Callable, ClassVar, Hashable
 
 import jax
 from jax.typing import ArrayLike
@@ -55,8 +55,8 @@ from jax.typing import ArrayLike
 import memeff_jax
 from memeff_jax._validation import check_dims, check_weights
 from memeff_jax._wrappers import call_loss
+from memeff_jax.backends.registry import BackendName as Backend
 
-Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 
 __all__ = [
     "DistributedMemoryEfficientCLIPLoss",

@@ -63,7 +63,7 @@ the chunks: towers with BatchNorm belong in :func:`memeff_jax.nnx.grad_cache`::
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Hashable, Literal
+from typing import Any, Hashable
 
 import flax.linen as nn
 import jax
@@ -75,10 +75,10 @@ from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, matryoshka_options,
                                   temperature_from_log_scale)
+from memeff_jax.backends.registry import BackendName as Backend
 from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import grad_cache
 
-Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 
 __all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
 

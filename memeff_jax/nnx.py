@@ -32,7 +32,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Literal, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -44,10 +44,10 @@ from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
                                   initial_log_scale, matryoshka_options,
                                   temperature_from_log_scale)
+from memeff_jax.backends.registry import BackendName as Backend
 from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
 
-Backend = Literal["auto", "triton", "interpret", "blockwise", "reference"]
 
 __all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
 

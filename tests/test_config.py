@@ -17,7 +17,9 @@ import memeff_jax as mj
 from memeff_jax import classes
 from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
                                paired_config, smem_bytes)
-from memeff_jax.kernels import launch
+from memeff_jax import _compat
+from memeff_jax.backends.triton import backend as launch
+from memeff_jax.backends.triton import backward, call
 from tests._check import jaxpr_eqns, kernel_path_config
 
 DIMS = [1, 16, 40, 72, 128, 200, 256, 384, 512, 768, 1024, 1152, 2048, 4096]
@@ -202,8 +204,8 @@ def _record_gradient_paths(monkeypatch):
   (``_lse_bwd_tiled``) or the FlashAttention-shaped (``_lse_bwd_fa``) one."""
   calls = []
   for name in ("_lse_bwd_tiled", "_lse_bwd_fa"):
-    real = getattr(launch, name)
-    monkeypatch.setattr(launch, name, lambda *a, _r=real, _n=name, **k: (
+    real = getattr(backward, name)
+    monkeypatch.setattr(backward, name, lambda *a, _r=real, _n=name, **k: (
         calls.append((_n, k.get("pair") is not None)), _r(*a, **k))[1])
   return calls
 
@@ -259,7 +261,7 @@ def test_slab_rows_even_out(n, budget_rows, min_rows):
   # as few slabs as that height allows, and less than one block_m of padding a slab.
   bm, row_bytes = 64, 1024
   cfg = KernelConfig(slab_kib=budget_rows, min_slab_rows=min_rows)
-  rows = launch._slab_rows(n, bm, row_bytes, cfg, min_rows=min_rows)
+  rows = call.slab_rows(n, bm, row_bytes, cfg, min_rows=min_rows)
   cap = max(budget_rows // bm * bm, -(-min_rows // bm) * bm, bm)
   slabs = -(-n // rows)
   assert rows % bm == 0 and rows <= cap
@@ -320,9 +322,9 @@ def _launches(monkeypatch, family, d, dtype, smem_kib):
               num_warps, num_stages))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
-  monkeypatch.setattr(launch._compat, "triton_call", record)
+  monkeypatch.setattr(_compat, "triton_call", record)
   monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
-  monkeypatch.setattr(mj._dispatch, "_gpu_triton_error", lambda: None)
+  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
   jax.clear_caches()   # (a cached trace would launch nothing)
   kw = dict(backend="triton")
   if family == "clip_mrl":   # one block: its own forward and gradient tiles

@@ -4,14 +4,15 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from memeff_jax import _dispatch, clip_loss
-from memeff_jax.blockwise import BlockwiseBackend
+from memeff_jax import backends, clip_loss
+from memeff_jax.backends.blockwise import BlockwiseBackend
+from memeff_jax.backends.reference import ReferenceBackend
 
 
 def test_auto_is_blockwise_without_gpu():
   assert jax.default_backend() == "cpu"
-  assert isinstance(_dispatch.resolve("auto"), BlockwiseBackend)
-  assert _dispatch.resolve("reference") is None
+  assert isinstance(backends.resolve("auto"), BlockwiseBackend)
+  assert isinstance(backends.resolve("reference"), ReferenceBackend)
 
 
 def test_triton_without_gpu_is_a_clear_error():

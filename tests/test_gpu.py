@@ -12,7 +12,7 @@ from jax.sharding import Mesh
 import memeff_jax as mj
 from memeff_jax import _core, reference
 from memeff_jax.config import default_config
-from memeff_jax.kernels import launch
+from memeff_jax.backends.triton import backend as launch
 from tests._check import compare, features
 from tests.test_matryoshka import eager_ref
 from tests.test_numerics import BOUNDED_CASES, _block_lse64, _graded_rows
@@ -72,7 +72,7 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
                               fwd_block_m=64, fwd_block_n=64, fwd_block_d=32, bwd_block_m=64,
                               bwd_block_n=64, bwd_block_d=32, fwd_num_stages=3,
                               bwd_num_stages=3, slab_kib=1, min_slab_rows=1)
-  spec = _core.BlockSpec(backend=mj._dispatch.resolve("triton"), two_sided=two_sided,
+  spec = _core.BlockSpec(backend=mj.backends.resolve("triton"), two_sided=two_sided,
                          exclude_self=True, config=cfg)
   row_off, col_off = 0, 0
 

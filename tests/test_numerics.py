@@ -8,8 +8,8 @@ import pytest
 
 from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
 from memeff_jax.config import KernelConfig
-from memeff_jax.kernels import launch
-from memeff_jax.kernels.launch import SHARED_SPAN
+from memeff_jax.backends.triton import backend as launch
+from memeff_jax.backends.triton.backward import SHARED_SPAN
 from tests._check import kernel_path_config, sampled
 from tests._tolerances import FP32, LOW, grad_err, rel_err
 

@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
-from memeff_jax.kernels import launch
+from memeff_jax.backends.triton import backend as launch
 from tests._check import kernel_path_config, sampled
 from tests._tolerances import grad_err, rel_err
 from tests.test_numerics import _block_lse64

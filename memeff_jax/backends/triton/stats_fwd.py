@@ -3,7 +3,7 @@ and the largest kept logit of each row (column), for the in-batch accuracy.
 
 ``_lse_fwd_kernel`` sweeps the columns with a resident row tile and an online
 (max, sum) per row; ``_tile_lse_fwd_kernel`` is one GEMM tile with a partial
-statistics epilogue for both sides, launched over slabs of rows. config.py picks one
+statistics epilogue for both sides, launched over slabs of rows. memeff_jax.config picks one
 per feature size (the tiled form wins once the GEMM is deep enough to hide its
 exponentials). The tiled form also has a bounded-shift epilogue (BOUNDED): one
 exponential per entry against a fixed shift serves both sides, with no maxima
@@ -13,9 +13,9 @@ exponential per entry against a fixed shift serves both sides, with no maxima
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import (drop_pairs, load_bias, load_tile, logits, lse2,
-                                        lse2_merge, safe_max, similarity, tile_origin,
-                                        tile_similarity)
+from memeff_jax.backends.triton._common import (drop_pairs, load_bias, load_tile, logits, lse2,
+                                                lse2_merge, safe_max, similarity, tile_origin,
+                                                tile_similarity)
 
 
 @triton.jit

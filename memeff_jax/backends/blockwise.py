@@ -80,8 +80,11 @@ def _k(v, dims):
 
 @dataclasses.dataclass(frozen=True)
 class BlockwiseBackend:
-  """``fwd_stats`` / ``bwd`` over column tiles; see ``_core`` for the contract."""
+  """``fwd_stats`` / ``bwd`` over column tiles; see ``_core`` for the contract.
 
+  tile: the column tile; None: the config's ``blockwise.tile`` (512 by default)."""
+
+  tile: int | None = None
   name: str = "blockwise"
 
   def default_config(self, d: int, dtype) -> KernelConfig:   # pylint: disable=unused-argument
@@ -96,7 +99,7 @@ class BlockwiseBackend:
                 bounded=False):
     assert not bounded, "the blockwise forward is exact only"
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
-    tile = min(_config(spec).blockwise_tile, m)
+    tile = min(self._tile(spec), m)
     row_thr = _k(row_thr, dims)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
     x_ok, y_ok = (None, None) if masks is None else masks
@@ -128,10 +131,17 @@ class BlockwiseBackend:
   def pairs(self, x, y, spec) -> bool:   # one gradient pass per tower: no bwd_pair
     return False
 
+  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+               out_dtype):
+    raise NotImplementedError("the blockwise backend has no paired gradient (pairs is False)")
+
+  def _tile(self, spec) -> int:
+    return self.tile if self.tile is not None else _config(spec).blockwise.tile
+
   def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
           out_dtype):
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]
-    tile = min(_config(spec).blockwise_tile, m)
+    tile = min(self._tile(spec), m)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
     r_lse, r_g, r_thr = (_k(v, dims) for v in row) if row is not None else (None,) * 3
     c_lse, c_g, c_thr = (_k(v, dims) for v in col) if col is not None else (None,) * 3

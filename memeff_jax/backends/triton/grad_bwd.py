@@ -11,8 +11,8 @@ each slab into the gradient with an XLA dot. Both share ``_common.coefficient``.
 import triton
 import triton.language as tl
 
-from memeff_jax.kernels._common import (coefficient, load_tile, row_stats, similarity,
-                                        tile_origin, tile_similarity)
+from memeff_jax.backends.triton._common import (coefficient, load_tile, row_stats, similarity,
+                                                tile_origin, tile_similarity)
 
 
 @triton.jit

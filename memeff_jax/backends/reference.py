@@ -1,0 +1,65 @@
+"""The dense reference as a backend: ``backend="reference"``.
+
+A whole loss, not a block, is its unit: ``dense_loss`` runs the family's dense
+``*_with_stats`` oracle (``memeff_jax.reference``: materialized logits, plain
+``jax.nn.logsumexp``; docs/math.md §4-§8) on the validated call, so the chain runs
+none of its blockwise glue and the oracle has forward-mode derivatives. Its block
+methods, for callers of ``_core.block_lse``, materialize the block's logits too: the
+blockwise backend's scan with one tile of every column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+from memeff_jax import reference
+from memeff_jax.backends.blockwise import BlockwiseBackend
+
+# One tile of every column: the block's logits materialized at once.
+_DENSE = BlockwiseBackend(tile=2**31 - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReferenceBackend:
+  """Dense, O(B^2) memory, any platform and dtype; single-device (no ring)."""
+
+  name: str = "reference"
+
+  def default_config(self, d: int, dtype):
+    return _DENSE.default_config(d, dtype)
+
+  def fwd_floor(self, x, scale, spec):   # pylint: disable=unused-argument
+    return None
+
+  def pairs(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
+    return False
+
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
+                bounded=False):
+    return _DENSE.fwd_stats(x, y, scale, row_thr=row_thr, x_tab=x_tab, y_tab=y_tab,
+                            masks=masks, offsets=offsets, spec=spec, bounded=bounded)
+
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+          out_dtype):
+    return _DENSE.bwd(x, y, scale, row=row, col=col, x_tab=x_tab, y_tab=y_tab, masks=masks,
+                      offsets=offsets, spec=spec, want_cs=want_cs, out_dtype=out_dtype)
+
+  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+               out_dtype):
+    raise NotImplementedError("backend='reference' has no paired gradient (pairs is False)")
+
+  def dense_loss(self, oracle: Callable, arrays, *, dims, weights, axis_name, **options):
+    """``(loss, stats)`` of the family's dense ``*_with_stats`` ``oracle`` on the
+    validated ``arrays``: ``options`` are its keywords (``normalized_inputs``,
+    ``temperature``, ``where``, ...); with Matryoshka ``dims``, the fused reference
+    over the prefixes, weighted by ``weights``."""
+    if axis_name is not None:
+      raise ValueError("backend='reference' is single-device: it has no axis_name ring")
+    normalized_inputs = options.pop("normalized_inputs")
+    ref = functools.partial(oracle, **options)
+    if dims is None:
+      return ref(*arrays, normalized_inputs=normalized_inputs)
+    return reference.matryoshka_fused_with_stats(
+        ref, *arrays, dims=dims, weights=weights, normalized_inputs=normalized_inputs)

@@ -1,0 +1,166 @@
+"""``TritonBackend``: the Triton kernels behind the ``Backend`` Protocol, and the plan
+each block's launches follow.
+
+A block's plan (its configs and Matryoshka ladder) is resolved once per distinct
+(user config, dims, feature size, dtype, GPU) by ``resolve_plan`` and shared by the
+five methods that launch or decide for the block (``fwd_floor``, ``fwd_stats``,
+``pairs``, ``bwd``, ``bwd_pair``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+
+from memeff_jax.backends.triton.backward import lse_bwd
+from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
+from memeff_jax.backends.triton.ladder import Ladder
+from memeff_jax.config import KernelConfig, default_config, matryoshka_config, paired_config
+
+
+@functools.cache
+def _device_smem_kib() -> int:
+  """Shared memory one block may use on the first GPU, by compute capability (KiB)."""
+  try:
+    major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
+  except (AttributeError, RuntimeError, ValueError):
+    return 227
+  if major in (9, 10):   # H100/H200, B200
+    return 227
+  if (major, minor) in ((8, 0), (8, 7)):   # A100, Orin
+    return 163
+  return 96 if major == 7 else 99   # V100; consumer Ampere/Ada/Blackwell
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanKey:
+  """Everything a block's plan depends on (hashable: plans are cached by it)."""
+
+  interpret: bool
+  config: KernelConfig | None   # the user's ``config=`` (None: none passed)
+  dims: tuple[int, ...] | None  # Matryoshka prefix dims of the block (None: plain)
+  d: int                        # feature size
+  dtype: jnp.dtype              # input dtype
+  smem_kib: int | None          # the GPU's shared memory a block (None: interpreter)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """One block's launches, resolved once: ``config`` for the forward and the gradient,
+  ``paired`` for ``bwd_pair``, the Matryoshka ``ladder`` (None: plain block), and
+  ``user_tiles``: whether the user's config keeps its own tiles (a config equal to
+  ``default_config``, whatever its ``matryoshka_per_dim``, counts as none passed:
+  Matryoshka then retiles it)."""
+
+  config: KernelConfig
+  paired: KernelConfig
+  ladder: Ladder | None
+  user_tiles: bool
+
+  @property
+  def bounded(self) -> bool:
+    """Whether the forward runs bounded (``fwd_floor`` applies)."""
+    alg = self.config.algorithm
+    return alg.fwd_bounded and (alg.fwd_tiled or self.ladder is not None)
+
+  def pairs(self, m: int) -> bool:
+    """Whether a block of ``m`` columns takes ``bwd_pair``."""
+    return self.config.algorithm.bwd_pair or m <= self.config.budgets.bwd_pair_max_batch
+
+
+@functools.lru_cache(maxsize=1024)
+def resolve_plan(key: PlanKey) -> Plan:
+  """The plan of a block (see ``Plan``); cached by ``key``."""
+  itemsize = jnp.dtype(key.dtype).itemsize
+  default = default_config(key.d, key.dtype, interpret=key.interpret, smem_kib=key.smem_kib)
+  cfg = key.config if key.config is not None else default
+  user_tiles = key.config is not None and cfg.evolve(
+      algorithm=dict(matryoshka_per_dim=default.algorithm.matryoshka_per_dim)) != default
+  ladder = None
+  if key.dims is not None:
+    cfg = matryoshka_config(cfg, key.dims, itemsize, key.smem_kib,
+                            retile=not user_tiles and not key.interpret,
+                            interpret=key.interpret)
+    ladder = Ladder.of(key.dims, cfg.fwd.block_d)
+  return Plan(config=cfg, paired=paired_config(cfg, key.d, itemsize, key.smem_kib),
+              ladder=ladder, user_tiles=user_tiles)
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonBackend:
+  """The Triton kernels behind the ``Backend`` Protocol (``backends.base``)."""
+
+  interpret: bool = False
+
+  @property
+  def name(self) -> str:
+    return "interpret" if self.interpret else "triton"
+
+  def _smem_kib(self) -> int | None:
+    """The GPU's shared memory a block (KiB) the configs are fitted to; None (the
+    H100's) for the interpreter."""
+    return None if self.interpret else _device_smem_kib()
+
+  def default_config(self, d: int, dtype) -> KernelConfig:
+    """The config a block of feature size ``d`` gets with ``config=None``."""
+    return default_config(d, dtype, interpret=self.interpret, smem_kib=self._smem_kib())
+
+  def plan(self, spec, x) -> Plan:
+    """The plan of ``spec``'s block on rows ``x`` (``resolve_plan``, cached)."""
+    return resolve_plan(PlanKey(self.interpret, spec.config, spec.dims, x.shape[1],
+                                jnp.dtype(x.dtype), self._smem_kib()))
+
+  def _setup(self, spec, x, x_tab, y_tab):
+    """(config, prefix or None) of the block: the prefix is Matryoshka's
+    ``(x_tab, y_tab, ladder)``."""
+    p = self.plan(spec, x)
+    return p.config, (None if p.ladder is None else (x_tab, y_tab, p.ladder))
+
+  def fwd_floor(self, x, scale, spec):
+    """None where the block's forward is exact only; else the floor (natural log units)
+    above which ``fwd_stats(bounded=True)``'s statistics are exact (every one of them
+    that is kept must reach it, or the caller reruns the exact forward)."""
+    return fwd_floor(scale) if self.plan(spec, x).bounded else None
+
+  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
+                bounded=False):
+    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+    if prefix is not None:
+      x, y = prefix[2].pad(x), prefix[2].pad(y)
+    return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
+                   exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
+                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max)
+
+  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+          out_dtype):
+    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+    if prefix is not None:
+      x, y = prefix[2].pad(x), prefix[2].pad(y)
+    dx, cs = lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
+                     want_cs=want_cs, out_dtype=out_dtype, config=cfg,
+                     interpret=self.interpret, prefix=prefix, masks=masks)
+    return (dx if prefix is None else prefix[2].unpad(dx)), cs
+
+  def pairs(self, x, y, spec) -> bool:
+    """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
+    return self.plan(spec, x).pairs(y.shape[0])
+
+  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
+               out_dtype):
+    """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of
+    y (the transposed block): ``(dx, cs_x, dy, cs_y)``; ``want_cs`` and ``out_dtype``
+    are pairs (x, y)."""
+    p = self.plan(spec, x)
+    prefix = None if p.ladder is None else (x_tab, y_tab, p.ladder)
+    if prefix is not None:
+      x, y = p.ladder.pad(x), p.ladder.pad(y)
+    dx, cs, dy, cs_col = lse_bwd(
+        x, y, scale, offsets, row, col, exclude_self=spec.exclude_self, want_cs=want_cs[0],
+        out_dtype=out_dtype[0], config=p.paired, interpret=self.interpret, prefix=prefix,
+        masks=masks, pair=(want_cs[1], out_dtype[1]))
+    if prefix is not None:
+      dx, dy = p.ladder.unpad(dx), p.ladder.unpad(dy)
+    return dx, cs, dy, cs_col

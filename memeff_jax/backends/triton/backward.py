@@ -1,0 +1,252 @@
+"""Backward launchers: the rows' gradient ``scale * sum_j c_ij y_j`` and sums
+``sum_j c_ij s_ij`` from saved statistics (``grad_bwd``; docs/math.md §3), as one
+FlashAttention-shaped pass or as coefficient slabs multiplied in by XLA dots (and,
+paired, both towers from one set of slabs)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from memeff_jax import _compat
+from memeff_jax.backends.triton.call import (LOG2E, bias_args, call, cdiv, chunks,
+                                             dot_precision, offsets as stack_offsets,
+                                             prefix_args, slab_loop, slab_rows, splits)
+from memeff_jax.backends.triton.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
+from memeff_jax.config import KernelConfig
+
+# The widest spread (log2 units) of a block's row and column log-sum-exps for which the
+# gradient shares one exponential per entry between the two softmax roles (lse_bwd):
+# the terms that matter, P >= 2^-60, then stay normal floats (2^(z - t) >= 2^-124).
+SHARED_SPAN = 64.0
+
+
+@dataclasses.dataclass(frozen=True)
+class BwdCall:
+  """Static options of one gradient (``lse_bwd``'s keywords).
+
+  prefix: Matryoshka ``(x_tab, y_tab, ladder)``, as for lse_fwd: the side statistics
+  and the returned sums are then [K, rows]. masks: as for lse_fwd. pair: None, or the
+  columns' ``(want_cs, out_dtype)``: then also the columns' gradient
+  ``scale * sum_i c_ij x_i`` and sums ``sum_i c_ij s_ij`` from the same coefficient
+  slabs (tiled kernel only)."""
+
+  exclude_self: bool
+  want_cs: bool
+  out_dtype: Any
+  config: KernelConfig
+  interpret: bool
+  prefix: Any = None
+  masks: Any = None
+  pair: Any = None
+
+  def options(self) -> dict:
+    """The fields as keywords (a launcher's ``**options``)."""
+    return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+  @property
+  def tiled(self) -> bool:
+    """The tiled (coefficient-slab) gradient: configured so, or paired."""
+    return self.config.algorithm.bwd_tiled or self.pair is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class Coefs:
+  """One form of the side statistics as the kernels read them: the flattened
+  (lse2, g, thr) of the rows and of the columns, the constexpr ``flags``, the scalars
+  ``scal`` = (scale log2(e), scale g_max, g_max) and ``g_max`` (cotangents are
+  divided by it)."""
+
+  side_stats: tuple
+  flags: dict
+  scal: jax.Array
+  g_max: jax.Array
+
+
+def lse_bwd(x, y, scale, offsets, row, col, **options):
+  """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd);
+  paired: ``(dx, cs, dy, cs_col)``. ``options``: the fields of ``BwdCall``."""
+  c = BwdCall(**options)
+  f32 = jnp.float32
+  g_max = jnp.zeros((), f32)
+  for side in (row, col):
+    if side is not None:
+      g_max = jnp.maximum(g_max, jnp.max(jnp.abs(side.g)).astype(f32))
+  g_max = jnp.where(jnp.isfinite(g_max) & (g_max > 0), g_max, 1.0)
+  scal = jnp.stack([scale * LOG2E, scale * g_max, g_max]).astype(f32)
+  dummy = jnp.zeros((1,), f32)
+  lse2 = lambda side: (side.lse * LOG2E).astype(f32)
+  g = lambda side: (side.g / g_max).astype(f32)
+  thr = lambda side: dummy if side.thr is None else side.thr.astype(f32).reshape(-1)
+
+  if c.masks is not None:   # a removed anchor's softmax is empty: lse = +inf (coefficient)
+    gone = lambda side, keep: None if side is None else side._replace(
+        lse=jnp.where(keep, side.lse, jnp.inf))
+    row, col = gone(row, c.masks[0]), gone(col, c.masks[1])
+
+  def stats(side):
+    if side is None:
+      return dummy, dummy, dummy
+    return lse2(side).reshape(-1), g(side).reshape(-1), thr(side)
+
+  flags = dict(HAS_MASK=c.masks is not None, HAS_ROW=row is not None, HAS_COL=col is not None,
+               ROW_THR=row is not None and row.thr is not None,
+               COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=c.exclude_self,
+               WANT_CS=c.want_cs, PRECISION=c.config.algorithm.precision)
+  go = lambda side_stats, fl: _launch(x, y, scale, offsets, Coefs(side_stats, fl, scal, g_max),
+                                      c)
+  plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
+  if row is None or col is None or c.tiled:
+    return plain()   # (the tiled kernel shares the exponential tile by tile)
+  # Both roles: rebase them on one shift t per dim (the largest finite lse), so one
+  # exponential per entry serves both, c = 2^(z - t) (g_r 2^(t - lse_r) + g_c 2^(t - lse_c)),
+  # where every lse of the block lies within SHARED_SPAN of t (else, or NaN: two).
+  k = 1 if c.prefix is None else c.prefix[0].shape[0]
+  per_dim = lambda side: lse2(side).reshape(k, -1)
+  l_r, l_c = per_dim(row), per_dim(col)
+  top = lambda l: jnp.max(jnp.where(l < jnp.inf, l, -jnp.inf), axis=1, keepdims=True)
+  t = jnp.maximum(top(l_r), top(l_c))   # [K, 1]
+  low = jnp.minimum(jnp.min(l_r, axis=1, keepdims=True), jnp.min(l_c, axis=1, keepdims=True))
+  ok = jnp.all(t - low <= SHARED_SPAN)
+  t = jnp.where(jnp.isfinite(t), t, 0.0)
+  # (recomputed inside the branch, so that the rebased factors exist only there)
+  rebase = lambda side: (g(side).reshape(k, -1) * jnp.exp2(t - per_dim(side))).reshape(-1)
+  shared = lambda: go((jnp.broadcast_to(t, (k, x.shape[0])).reshape(-1), rebase(row), thr(row),
+                       dummy, rebase(col), thr(col)), dict(flags, SHARED=True))
+  return jax.lax.cond(ok, shared, plain)
+
+
+def _launch(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
+  """lse_bwd's launches for one form of the statistics (``coefs``)."""
+  if c.tiled:
+    return _lse_bwd_tiled(x, y, scale, offsets, coefs, **c.options())
+  d = x.shape[1]
+  if c.prefix is not None:   # Matryoshka: the ladder's chunks, every feature in one launch
+    chunk = c.prefix[2].chunk
+    return _lse_bwd_fa(x, y, offsets, coefs, _Features(chunk, d // chunk), **c.options())
+  block_d, num_d = chunks(d, c.config.bwd.block_d)
+  block_do, num_do = chunks(d, c.config.bwd.block_do)
+  dx, cs = _lse_bwd_fa(x, y, offsets, coefs, _Features(block_d, num_d, block_do, num_do),
+                       **c.options())
+  return dx, (None if cs is None else cs[0])
+
+
+@dataclasses.dataclass(frozen=True)
+class _Features:
+  """The FlashAttention-shaped gradient's feature axes: the similarity's chunks
+  (``block_d`` x ``num_d``) and the accumulator's (``block_do`` x ``num_do``; None:
+  Matryoshka, every feature in one program)."""
+
+  block_d: int
+  num_d: int
+  block_do: int | None = None
+  num_do: int = 1
+
+
+def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
+  """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
+  ``(dx, cs)``, cs [K, n] or None. ``options``: the fields of ``BwdCall``."""
+  c = BwdCall(**options)
+  config, want_cs = c.config, c.want_cs
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.bwd.block_m, config.bwd.block_n
+  f32 = jnp.float32
+  block_d, num_d, num_do = feats.block_d, feats.num_d, feats.num_do
+  k, segs, has_tab, x_tab, y_tab = prefix_args(c.prefix, num_d)
+  block_do = d if feats.block_do is None else feats.block_do   # None: Matryoshka, unused
+  num_splits, per_split = splits(m, bn, cdiv(n, bm) * num_do, config)
+  dx_dtype = c.out_dtype if num_splits == 1 else f32
+  out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), dx_dtype),
+                jax.ShapeDtypeStruct((k, num_splits, n) if want_cs else (1,), f32)]
+  xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
+  dx, cs = call(
+      _lse_bwd_kernel, x, y, coefs.scal, stack_offsets(offsets), *coefs.side_stats, x_tab,
+      y_tab, xb, yb, n, m, per_split, out_shapes=out_shapes,
+      grid=(cdiv(n, bm), num_do, num_splits), num_warps=config.bwd.num_warps,
+      num_stages=config.bwd.num_stages, name="memeff/lse_bwd", interpret=c.interpret, D=d,
+      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
+      REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), K=k, SEGS=segs,
+      HAS_TAB=has_tab, **dict(coefs.flags, WANT_CS=want_cs))
+  dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
+  return dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None)
+
+
+def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
+  """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
+  then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
+  feature segment k of y). ``coefs`` comes from lse_bwd, as for the FlashAttention-shaped
+  kernel. ``pair`` (None, or the columns' ``(want_cs, out_dtype)``): the same slabs
+  also give the columns' gradient, dy += scale * g_max * c[slab]^T @ x[slab], and their
+  sums of c s. ``options``: the fields of ``BwdCall``."""
+  c = BwdCall(**options)
+  config, prefix, pair, want_cs = c.config, c.prefix, c.pair, c.want_cs
+  side_stats, flags, scal, g_max = coefs.side_stats, coefs.flags, coefs.scal, coefs.g_max
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn = config.bwd.block_m, config.bwd.block_n
+  block_k, num_k = chunks(d, config.bwd.block_d) if prefix is None else (
+      prefix[2].chunk, d // prefix[2].chunk)
+  k, segs, has_tab, x_tab, y_tab = prefix_args(prefix, num_k)
+  ends = (d,) if prefix is None else prefix[2].ends
+  col_tiles = cdiv(m, bn)
+  # fp16 slabs could overflow once the prefix tables (>= 1) multiply the coefficients.
+  c_dtype = jnp.float32 if (prefix is not None and x.dtype == jnp.float16) else x.dtype
+  # The budget counts the slabs; their fp32 per-tile sums (4 / (BLOCK_N itemsize) of
+  # them) ride on top, so that a power-of-two budget and batch give whole slabs (at
+  # B = 16384 the 64 MiB budget is 8 slabs of 2048 rows, not 9 of 1856 padded to 16704).
+  rows = slab_rows(n, bm, k * m * jnp.dtype(c_dtype).itemsize, config,
+                   min_rows=config.budgets.min_slab_rows)
+  want_cs_col = pair is not None and pair[0]
+  # Both roles: one exponential per entry, on a shift each tile picks (TILE_SHIFT).
+  tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
+  tile_flags["TILE_SHIFT"] = flags["HAS_ROW"] and flags["HAS_COL"]
+  f32 = jnp.float32
+  out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype),
+                jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32),
+                jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32)]
+  precision = dot_precision(config, c_dtype)
+  y_dot = y.astype(c_dtype)
+  padded = cdiv(n, rows) * rows
+  xb, yb, _ = bias_args(c.masks, padded, col_tiles * bn)
+  x_dot = jnp.pad(x, ((0, padded - n), (0, 0))).astype(c_dtype) if pair is not None else None
+  segments = list(zip((0,) + ends[:-1], ends))
+  # [rows, m] slab k times [m, features of segment k] (dx), or its transpose times the
+  # slab's rows of x (dy): fp32 accumulation.
+  times = lambda a, v, dims: jax.lax.dot_general(a, v, (dims, ((), ())), precision=precision,
+                                                  preferred_element_type=f32)
+
+  def body(r0, carry):
+    dx, cs, dy, cs_col = carry
+    coef, cs_part, cs_col_part = call(
+        _tile_coef_bwd_kernel, x, y, scal[:1], stack_offsets(offsets, r0), *side_stats,
+        x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
+        num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
+        name="memeff/tile_coef_bwd", interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
+        BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
+        WANT_CS_COL=want_cs_col, SPAN=SHARED_SPAN, **tile_flags)
+    part = jnp.concatenate([times(coef[i], y_dot[:, lo:hi], ((1,), (0,)))
+                            for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
+    dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
+    if want_cs:
+      cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=1) * g_max, (0, r0))
+    if pair is not None:
+      x_slab = jax.lax.dynamic_slice_in_dim(x_dot, r0, rows)
+      dy = dy + jnp.concatenate([times(coef[i], x_slab[:, lo:hi], ((0,), (0,)))
+                                 for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
+    if want_cs_col:
+      cs_col = cs_col + jnp.sum(cs_col_part, axis=1) * g_max
+    return dx, cs, dy, cs_col
+
+  init = _compat.vary_like(
+      (jnp.zeros((padded, d), c.out_dtype), jnp.zeros((k, padded), f32) if want_cs else None,
+       jnp.zeros((m, d), f32) if pair is not None else None,
+       jnp.zeros((k, m), f32) if want_cs_col else None),
+      x, y, scale, *offsets, *side_stats, xb, yb)
+  dx, cs, dy, cs_col = slab_loop(n, rows, body, init)
+  unk = lambda v, cut: v[0, :cut] if prefix is None else v[:, :cut]
+  dx, cs = dx[:n], (unk(cs, n) if want_cs else None)
+  if pair is None:
+    return dx, cs
+  return dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None)

@@ -1,0 +1,71 @@
+"""The default table: tiles and switches by feature size and dtype, measured on an H200
+with Triton 3.6 (docs/benchmarks.md, "Why the default tiles"; benchmarks/bench_configs.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from memeff_jax.config.kernel import Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig
+from memeff_jax.config.smem import fit_smem, pow2
+
+
+def default_config(d: int, dtype, *, interpret: bool = False,
+                   smem_kib: int | None = None) -> KernelConfig:
+  """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200, fitted
+  to ``smem_kib`` of shared memory a block (None: the H100's 227 KiB; the Triton
+  backend passes its GPU's, see ``fit_smem``).
+
+  16-bit inputs get the tiled forward (128 x 128 GEMM tiles, 64-feature chunks, both
+  sides in one sweep, bounded) and a FlashAttention-shaped gradient up to d_pad = 512
+  with tiles as large as its fp32 accumulator allows in registers; above that the
+  gradient is tiled and paired (``Algorithm.bwd_pair``). At d_pad = 512 blocks of up
+  to 16384 columns pair (``Budgets.bwd_pair_max_batch``). fp32 inputs keep the sweep
+  forward, half-height tiles and no bounded forward. Matryoshka runs one plain block
+  per dim (``Algorithm.matryoshka_per_dim``) except fp32 at d_pad > 256. The
+  measurements behind each row are in docs/benchmarks.md.
+  """
+  d_pad = pow2(d)
+  wide = np.dtype(dtype).itemsize >= 4
+  if interpret:
+    # The interpreter runs every program in Python: few, large tiles are fastest.
+    return KernelConfig(fwd=FwdTiles(block_d=d_pad), bwd=BwdTiles(block_d=d_pad,
+                                                                  block_do=d_pad),
+                        algorithm=Algorithm(precision="ieee", fwd_bounded=not wide),
+                        budgets=Budgets(max_programs=4, min_programs=1))
+  cfg = _h100_config(d_pad, wide).evolve(
+      algorithm=dict(fwd_bounded=not wide, matryoshka_per_dim=not wide or d_pad <= 256))
+  return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
+
+
+def _cfg(fwd, bwd, *, fwd_d: int, bwd_d: int, bwd_do: int, one_sided_warps=None,
+         **switches) -> KernelConfig:
+  """A table row: forward and gradient (block_m, block_n, warps, stages), their
+  feature chunks, and the ``Algorithm`` / ``Budgets`` fields in ``switches``."""
+  (fm, fn, fw, fs), (bm, bn, bw, bs) = fwd, bwd
+  budgets = {k: switches.pop(k) for k in list(switches) if k == "bwd_pair_max_batch"}
+  return KernelConfig(
+      fwd=FwdTiles(block_m=fm, block_n=fn, block_d=fwd_d, num_warps=fw, num_stages=fs,
+                   one_sided_warps=one_sided_warps),
+      bwd=BwdTiles(block_m=bm, block_n=bn, block_d=bwd_d, block_do=bwd_do, num_warps=bw,
+                   num_stages=bs),
+      algorithm=Algorithm(**switches), budgets=Budgets(**budgets))
+
+
+def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
+  res = dict(fwd_d=d_pad, bwd_d=d_pad, bwd_do=d_pad, fwd_col_pass=True)
+  tiled = dict(res, fwd_d=64, fwd_tiled=True)   # 16-bit: the forward's GEMM tiles
+  if d_pad <= 128:
+    return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
+        _cfg((128, 128, 4, 3), (128, 64, 4, 3) if d_pad <= 64 else (64, 128, 4, 3), **tiled)
+  if d_pad <= 256:
+    return _cfg((64, 64, 8, 2), (64, 32, 8, 2), **res) if wide else \
+        _cfg((128, 128, 4, 3), (64, 64, 4, 2), **tiled)
+  if d_pad <= 512:
+    return _cfg((32, 32, 8, 2), (32, 32, 8, 2), **res) if wide else \
+        _cfg((128, 128, 4, 3), (64, 64, 8, 2), **tiled, one_sided_warps=8,
+             bwd_pair_max_batch=16384)
+  if not wide:
+    return _cfg((128, 128, 4, 3), (64, 128, 4, 4),
+                **dict(tiled, bwd_d=64, fwd_col_pass=False), bwd_tiled=True, bwd_pair=True)
+  chunked = dict(fwd_d=64, bwd_d=64, bwd_do=128, fwd_col_pass=True)
+  return _cfg((64, 64, 8, 3), (64, 64, 8, 3), **chunked)

@@ -1,0 +1,255 @@
+"""``KernelConfig``: the kernels' tiles per pass, the algorithm switches, the memory
+budgets, and the blockwise backend's tile, each a small frozen dataclass.
+
+The flat spellings of earlier releases (``KernelConfig(fwd_block_m=128,
+matryoshka_per_dim=True, blockwise_tile=256)``, and ``dataclasses.replace`` with
+them) still construct the same config, with a DeprecationWarning; reading a flat name
+(``cfg.fwd_block_m``) gives the grouped field's value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, Literal
+
+Precision = Literal["tf32", "tf32x3", "ieee"]
+
+
+def _positive_int(v, allow_zero: bool = False) -> bool:
+  return isinstance(v, int) and not isinstance(v, bool) and v >= (0 if allow_zero else 1)
+
+
+class _Group:
+  """Validation shared by the groups: ``_FLAT`` is the prefix of the fields' flat
+  (pre-group) names, which the error messages also give."""
+
+  _FLAT = ""
+  _POW2: tuple[str, ...] = ()     # tile fields: powers of two >= 16 (tl.dot)
+  _BOOLS: tuple[str, ...] = ()
+  _OPTIONAL: tuple[str, ...] = ()  # may be None
+  _ZERO_OK: tuple[str, ...] = ()   # ints >= 0 (others >= 1)
+
+  def __post_init__(self):
+    for f in dataclasses.fields(self):
+      v, name = getattr(self, f.name), self._name(f.name)
+      if f.name == "precision":
+        if v not in ("tf32", "tf32x3", "ieee"):
+          raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
+      elif f.name in self._BOOLS:
+        if not isinstance(v, bool):
+          raise ValueError(f"{name} must be a bool, got {v!r}")
+      elif f.name in self._OPTIONAL and v is None:
+        continue
+      elif f.name in self._ZERO_OK:
+        if not _positive_int(v, allow_zero=True):
+          raise ValueError(f"{name} must be an int >= 0, got {v!r}")
+      elif not _positive_int(v):
+        raise ValueError(f"{name} must be a positive int, got {v!r}")
+    for field in self._POW2:
+      v = getattr(self, field)
+      if v < 16 or v & (v - 1):
+        raise ValueError(f"{self._name(field)} must be a power of two >= 16 (tl.dot), got {v}")
+
+  def _name(self, field: str) -> str:
+    return f"{type(self).__name__}.{field} (KernelConfig.{self._FLAT}{field})"
+
+
+@dataclasses.dataclass(frozen=True)
+class FwdTiles(_Group):
+  """The statistics (forward) kernel's tiles and launch settings.
+
+  Attributes:
+    block_m, block_n: row / column tile.
+    block_d: feature chunk of the similarity dot; ``>= d`` keeps the row tile resident
+      for the whole column sweep, smaller values walk the features in chunks.
+    num_warps, num_stages: launch settings.
+    one_sided_warps: warps of the tiled forward on blocks that need only row
+      statistics (LiT, Qwen3); None: ``num_warps``.
+  """
+
+  _FLAT = "fwd_"
+  _POW2 = ("block_m", "block_n", "block_d")
+  _OPTIONAL = ("one_sided_warps",)
+
+  block_m: int = 64
+  block_n: int = 64
+  block_d: int = 64
+  num_warps: int = 4
+  num_stages: int = 2
+  one_sided_warps: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class BwdTiles(_Group):
+  """The gradient kernel's tiles and launch settings.
+
+  Attributes:
+    block_m, block_n: row / column tile.
+    block_d: feature chunk of the similarity dot (as ``FwdTiles.block_d``).
+    block_do: feature width of one FlashAttention-shaped program's fp32 accumulator;
+      below ``d`` the grid gains a feature axis and each program recomputes its
+      similarities (no atomics). Matryoshka's gradient ignores it.
+    num_warps, num_stages: launch settings.
+  """
+
+  _FLAT = "bwd_"
+  _POW2 = ("block_m", "block_n", "block_d", "block_do")
+
+  block_m: int = 64
+  block_n: int = 64
+  block_d: int = 64
+  block_do: int = 64
+  num_warps: int = 4
+  num_stages: int = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Algorithm(_Group):
+  """Which kernels run, and how (docs/benchmarks.md explains each choice).
+
+  Attributes:
+    fwd_col_pass: two-sided blocks (CLIP) get their column statistics from a second
+      row pass over the swapped block instead of per-program column partials.
+    fwd_tiled: the forward as slabs of plain GEMM tiles, each with a row and a column
+      partial log-sum-exp: both sides in one sweep.
+    fwd_bounded: the tiled forward sums 2^(z - shift) against one shift per block (unit
+      rows bound every logit) instead of each row's and column's maximum; a statistic
+      below the bound's exact range reruns the exact forward (docs/math.md §3). Its
+      rounding is coarser (~2^-17 a term), so ``default_config`` turns it on for
+      16-bit inputs only.
+    bwd_tiled: the gradient as slabs of coefficient tiles multiplied in by an XLA dot;
+      otherwise the FlashAttention-shaped pass with the accumulator in registers.
+    bwd_pair: a block whose two towers both need a gradient takes the tiled gradient
+      and multiplies each coefficient slab into both (``c @ y`` and ``c^T @ x``).
+    matryoshka_per_dim: a Matryoshka loss runs one plain block per dim on that dim's
+      renormalized prefixes (copies), instead of one block whose feature walk serves
+      every dim through prefix tables. Same math (docs/math.md §8).
+    precision: ``tl.dot`` input precision for fp32 inputs ("tf32", "tf32x3" or
+      "ieee"); 16-bit inputs ignore it.
+  """
+
+  _BOOLS = ("fwd_col_pass", "fwd_tiled", "fwd_bounded", "bwd_tiled", "bwd_pair",
+            "matryoshka_per_dim")
+
+  fwd_col_pass: bool = False
+  fwd_tiled: bool = False
+  fwd_bounded: bool = True
+  bwd_tiled: bool = False
+  bwd_pair: bool = False
+  matryoshka_per_dim: bool = False
+  precision: Precision = "tf32"
+
+
+@dataclasses.dataclass(frozen=True)
+class Budgets(_Group):
+  """Memory and parallelism budgets.
+
+  Attributes:
+    max_programs: cap on forward programs when column statistics are needed (each keeps
+      one fp32 partial per column: an O(programs * m) buffer).
+    min_programs: below this many row tiles the column sweep is split across programs
+      (partials reduced in JAX) so small batches still fill the GPU.
+    slab_kib: memory budget of one slab's buffers (KiB) for the tiled passes.
+    min_slab_rows: the tiled gradient's slabs keep at least this many rows (a thinner
+      slab starves its XLA dot).
+    bwd_pair_max_batch: blocks of at most this many columns take ``bwd_pair`` even
+      where it is off; 0: none.
+  """
+
+  _ZERO_OK = ("bwd_pair_max_batch",)
+
+  max_programs: int = 264
+  min_programs: int = 264
+  slab_kib: int = 65536
+  min_slab_rows: int = 512
+  bwd_pair_max_batch: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockwiseOptions(_Group):
+  """The pure-JAX blockwise backend's options. tile: its column tile."""
+
+  _FLAT = "blockwise_"
+
+  tile: int = 512
+
+
+_GROUPS = {"fwd": FwdTiles, "bwd": BwdTiles, "algorithm": Algorithm, "budgets": Budgets,
+           "blockwise": BlockwiseOptions}
+# flat (pre-group) name -> (group, field)
+FLAT = {f"{cls._FLAT}{f.name}": (group, f.name)
+        for group, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
+
+
+@dataclasses.dataclass(frozen=True, init=False)
+class KernelConfig:
+  """Tile sizes and launch settings of the Triton kernels and the blockwise backend.
+
+  Attributes:
+    fwd: the forward kernel's tiles (``FwdTiles``).
+    bwd: the gradient kernel's tiles (``BwdTiles``).
+    algorithm: which kernels run (``Algorithm``): tiled / bounded / paired passes,
+      Matryoshka per dim, fp32 dot precision.
+    budgets: memory and parallelism budgets (``Budgets``).
+    blockwise: the blockwise backend's options (``BlockwiseOptions``).
+
+  ``KernelConfig(fwd=FwdTiles(block_m=128), algorithm=Algorithm(bwd_pair=True))``;
+  ``cfg.evolve(fwd=dict(block_m=128))`` changes some fields of some groups. The flat
+  names of earlier releases (``fwd_block_m``, ``matryoshka_per_dim``,
+  ``blockwise_tile``, ...) still read, and still construct with a DeprecationWarning.
+  """
+
+  fwd: FwdTiles
+  bwd: BwdTiles
+  algorithm: Algorithm
+  budgets: Budgets
+  blockwise: BlockwiseOptions
+
+  def __init__(self, fwd: FwdTiles | None = None, bwd: BwdTiles | None = None,
+               algorithm: Algorithm | None = None, budgets: Budgets | None = None,
+               blockwise: BlockwiseOptions | None = None, **flat: Any):
+    groups = dict(fwd=fwd, bwd=bwd, algorithm=algorithm, budgets=budgets,
+                  blockwise=blockwise)
+    for name, v in groups.items():
+      if v is not None and not isinstance(v, _GROUPS[name]):
+        raise TypeError(f"KernelConfig {name}= must be a {_GROUPS[name].__name__}, got "
+                        f"{type(v).__name__}")
+    unknown = sorted(set(flat) - set(FLAT))
+    if unknown:
+      raise TypeError(f"KernelConfig got unexpected keyword argument(s) {unknown}")
+    if flat:
+      warnings.warn(
+          f"KernelConfig({', '.join(f'{k}=...' for k in flat)}): the flat spellings are "
+          f"deprecated and go in a future release; use the groups ("
+          f"{', '.join(sorted({f'{FLAT[k][0]}.{FLAT[k][1]}' for k in flat}))})",
+          DeprecationWarning, stacklevel=_caller_level())
+    changes: dict[str, dict] = {}
+    for k, v in flat.items():
+      group, field = FLAT[k]
+      changes.setdefault(group, {})[field] = v
+    for name, cls in _GROUPS.items():
+      base = groups[name] if groups[name] is not None else cls()
+      object.__setattr__(self, name, dataclasses.replace(base, **changes.get(name, {})))
+
+  def evolve(self, **groups: dict) -> "KernelConfig":
+    """A copy with some fields of some groups changed:
+    ``cfg.evolve(fwd=dict(block_m=128), algorithm=dict(fwd_tiled=True))``."""
+    return KernelConfig(**{name: dataclasses.replace(getattr(self, name), **groups.get(name, {}))
+                           for name in _GROUPS})
+
+  def __getattr__(self, name: str):
+    # The flat names of earlier releases, read from their group.
+    if name in FLAT:
+      group, field = FLAT[name]
+      return getattr(object.__getattribute__(self, group), field)
+    raise AttributeError(f"'KernelConfig' object has no attribute {name!r}")
+
+
+def _caller_level() -> int:
+  """The warning's stacklevel: the first frame outside this module and dataclasses."""
+  import sys  # pylint: disable=g-import-not-at-top
+  frame, level = sys._getframe(1), 1
+  while frame is not None and frame.f_code.co_filename in (__file__, dataclasses.__file__):
+    frame, level = frame.f_back, level + 1
+  return level

@@ -1,0 +1,172 @@
+"""The backend seam: the Protocol every backend meets, the one registry of names, the
+first-order guard generated from the Protocol, the block plan resolved once, and the
+deprecated flat KernelConfig spellings."""
+
+import dataclasses
+import inspect
+import typing
+import warnings
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import memeff_jax as mj
+from memeff_jax import _core, _validation, backends, classes
+from memeff_jax.backends import base, registry
+from memeff_jax.backends.blockwise import BlockwiseBackend
+from memeff_jax.backends.reference import ReferenceBackend
+from memeff_jax.backends.triton import backend as triton_backend
+from memeff_jax.config import (Algorithm, BlockwiseOptions, Budgets, BwdTiles, FwdTiles,
+                               KernelConfig, default_config)
+
+# Every backend object: the registry's (interpret stands for the Triton family on
+# CPU) and the unguarded Triton class.
+OBJECTS = {"blockwise": lambda: backends.resolve("blockwise"),
+           "reference": lambda: backends.resolve("reference"),
+           "interpret": lambda: backends.resolve("interpret"),
+           "triton_class": lambda: triton_backend.TritonBackend()}
+
+
+def _keywords(fn):
+  return [p.name for p in inspect.signature(fn).parameters.values()
+          if p.name != "self"]
+
+
+@pytest.mark.parametrize("which", OBJECTS)
+def test_every_backend_meets_the_protocol(which):
+  be = OBJECTS[which]()
+  assert isinstance(be, backends.Backend)
+  hash(be)   # BlockSpec holds it and keys the cached custom_vjp
+  inner = getattr(be, "inner", be)
+  for name in ("fwd_stats", "bwd", "bwd_pair"):   # the keywords _core and ring pass
+    assert _keywords(getattr(type(inner), name)) == _keywords(getattr(backends.Backend, name))
+  assert be.name == (which if which != "triton_class" else "triton")
+
+
+def test_only_the_reference_computes_whole_losses():
+  assert isinstance(backends.resolve("reference"), backends.DenseBackend)
+  for name in ("blockwise", "interpret"):
+    assert not isinstance(backends.resolve(name), backends.DenseBackend)
+
+
+def test_backend_names_live_in_the_registry():
+  # The Literal, the names the registry checks, and its factories ("auto" is a rule).
+  assert typing.get_args(backends.BackendName) == registry.NAMES == ("auto",
+                                                                     *registry.FACTORIES)
+  assert registry.NAMES == ("auto", "triton", "interpret", "blockwise", "reference")
+  with pytest.raises(ValueError, match="expected one of"):
+    registry.check("xla")
+  # Every public Literal is the registry's.
+  assert _validation.Backend is backends.BackendName
+  assert classes.Backend is backends.BackendName
+  assert inspect.signature(mj.clip_loss).parameters["backend"].annotation in (
+      "Backend", backends.BackendName)
+
+
+def test_guard_wraps_the_launching_methods_read_off_the_protocol():
+  assert set(base.LAUNCHING) == {"fwd_stats", "bwd", "bwd_pair"}
+  guarded = backends.resolve("interpret")
+  assert isinstance(guarded, base.FirstOrderOnly)
+  for name in base.LAUNCHING:   # the guard's own methods
+    assert name in vars(base.FirstOrderOnly)
+  for name in ("default_config", "fwd_floor", "pairs"):   # the inner backend's
+    assert name not in vars(base.FirstOrderOnly)
+  assert guarded.default_config(16, jnp.float32) == guarded.inner.default_config(16,
+                                                                                 jnp.float32)
+
+
+def test_guard_refuses_vmap_and_grad_of_grad_on_the_triton_family():
+  x = jax.random.normal(jax.random.key(0), (6, 8))
+  with pytest.raises(NotImplementedError, match="jax.vmap"):
+    jax.vmap(lambda a: mj.clip_loss(a, a[::-1], backend="interpret"))(x[None])
+  loss = lambda t: mj.clip_loss(x, x[::-1], temperature=t, backend="interpret")
+  with pytest.raises(NotImplementedError, match="first-order gradients only"):
+    jax.grad(jax.grad(loss))(jnp.float32(0.1))
+  # The unguarded backends take both.
+  for name in ("blockwise", "reference"):
+    jax.grad(jax.grad(lambda t, n=name: mj.clip_loss(x, x[::-1], temperature=t,
+                                                     backend=n)))(jnp.float32(0.1))
+
+
+@pytest.mark.parametrize("two_sided", [False, True])
+def test_reference_blocks_materialize_what_blockwise_scans(two_sided):
+  x, y = jax.random.normal(jax.random.key(1), (2, 37, 16))
+  stats = lambda be: _core.block_lse(x, y, jnp.float32(3.0), spec=_core.BlockSpec(
+      backend=be, two_sided=two_sided, exclude_self=True))
+  for got, want in zip(stats(ReferenceBackend()), stats(BlockwiseBackend(tile=8))):
+    if want is not None:
+      np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_blockwise_tile_on_the_backend_or_the_config():
+  x, y = jax.random.normal(jax.random.key(2), (2, 50, 16))
+  spec = lambda be, cfg=None: _core.BlockSpec(backend=be, two_sided=True, config=cfg)
+  a = _core.block_lse(x, y, jnp.float32(2.0), spec=spec(BlockwiseBackend(tile=16)))
+  b = _core.block_lse(x, y, jnp.float32(2.0), spec=spec(
+      BlockwiseBackend(), KernelConfig(blockwise=BlockwiseOptions(tile=16))))
+  for u, v in zip(a, b):
+    np.testing.assert_array_equal(u, v)
+
+
+OLD_SPELLINGS = [
+    (dict(fwd_block_m=128, fwd_num_warps=8), dict(fwd=FwdTiles(block_m=128, num_warps=8))),
+    (dict(bwd_block_do=32, bwd_num_stages=3), dict(bwd=BwdTiles(block_do=32, num_stages=3))),
+    (dict(matryoshka_per_dim=True), dict(algorithm=Algorithm(matryoshka_per_dim=True))),
+    (dict(bwd_pair=True, precision="ieee"), dict(algorithm=Algorithm(bwd_pair=True,
+                                                                     precision="ieee"))),
+    (dict(slab_kib=1, bwd_pair_max_batch=7), dict(budgets=Budgets(slab_kib=1,
+                                                                  bwd_pair_max_batch=7))),
+    (dict(blockwise_tile=128), dict(blockwise=BlockwiseOptions(tile=128))),
+]
+
+
+@pytest.mark.parametrize("old,new", OLD_SPELLINGS)
+def test_old_flat_spellings_warn_and_equal_the_new(old, new):
+  with pytest.warns(DeprecationWarning, match="flat spellings are deprecated") as rec:
+    cfg_old = KernelConfig(**old)
+  assert rec[0].filename == __file__   # the warning points at the caller
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")   # the grouped spelling does not warn
+    cfg_new = KernelConfig(**new)
+    assert cfg_old == cfg_new and hash(cfg_old) == hash(cfg_new)
+    for k, v in old.items():   # flat reads still work, silently
+      assert getattr(cfg_new, k) == v
+  with pytest.warns(DeprecationWarning) as rec:
+    replaced = dataclasses.replace(KernelConfig(), **old)
+  assert rec[0].filename == __file__ and replaced == cfg_new
+
+
+def test_evolve_and_errors_name_both_spellings():
+  cfg = default_config(128, jnp.bfloat16)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    got = cfg.evolve(fwd=dict(block_m=32), algorithm=dict(bwd_pair=True))
+  assert got.fwd.block_m == 32 and got.algorithm.bwd_pair and got.bwd == cfg.bwd
+  with pytest.raises(ValueError, match=r"FwdTiles.block_m \(KernelConfig.fwd_block_m\)"):
+    FwdTiles(block_m=48)
+  with pytest.raises(TypeError, match="fwd_blok_m"):
+    KernelConfig(fwd_blok_m=64)
+  with pytest.raises(TypeError, match="FwdTiles"):
+    KernelConfig(fwd=BwdTiles())
+
+
+@pytest.mark.parametrize("dims", [None, (8, 24)])
+def test_plan_resolved_once_per_block(dims):
+  # The five per-block methods (fwd_floor, fwd_stats, pairs, bwd / bwd_pair) share one
+  # plan: resolved once, then looked up.
+  jax.clear_caches()   # (a cached trace would call no backend method)
+  triton_backend.resolve_plan.cache_clear()
+  x, y = jax.random.normal(jax.random.key(3), (2, 20, 24))
+  cfg = default_config(24, jnp.float32, interpret=True)   # (one block with dims)
+  jax.grad(lambda a, b, t: mj.clip_loss(a, b, temperature=t, backend="interpret",
+                                        matryoshka_dims=dims, config=cfg),
+           argnums=(0, 1, 2))(x, y, jnp.float32(0.1))
+  info = triton_backend.resolve_plan.cache_info()
+  assert info.misses == 1 and info.hits >= 3, info
+  plan = triton_backend.TritonBackend(interpret=True).plan(
+      _core.BlockSpec(backend=None, config=cfg, dims=dims), x)
+  assert (plan.ladder is not None) == (dims is not None) and not plan.user_tiles
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    plan.config = cfg   # immutable
