@@ -24,8 +24,9 @@ from jax import lax
 
 from memeff_jax import _terms, _validation, backends
 from memeff_jax._core import BlockSpec, block_lse
+from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
-                               poison_flag, pow2_scale, ring_size, softmax_terms,
+                               poison_flag, pow2_scale, ring_size,
                                stable_scale, taint, upcast)
 from memeff_jax.backends.base import DenseBackend
 
@@ -105,14 +106,16 @@ class Ctx(NamedTuple):
 
 
 class Head(NamedTuple):
-  """What a family adds: its softmax directions and its smoothing targets."""
+  """What a family adds: its directions' statistics and its smoothing targets."""
 
   lse_neg: list                 # per direction: [K, n] log-sum-exp over the kept negatives
+                                # (the reduction's statistic: ctx.block(..., reduction=))
   max_neg: list                 # per direction: [K, n] their largest logit (-inf if none)
   pos: jax.Array                # [K, n] the positive's similarity
   n_neg: int                    # nominal negatives N per softmax (C = N + 1 candidates)
   cross: Callable[[], jax.Array]   # [K] sum over rows of every candidate's similarity
                                    # minus the positives' (label smoothing's A)
+  reduction: Reduction = SOFTMAX   # turns each direction into its loss terms (.term)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,7 +229,7 @@ def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   elif tau is not None:   # known at run time only: no negatives to debias -> NaN
     late = head.n_neg > 0
   pos_logit = ctx.scale * head.pos
-  terms = [softmax_terms(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
+  terms = [head.reduction.term(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
            for lse in head.lse_neg]
   per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)

@@ -1,5 +1,7 @@
-"""The one differentiable op every loss uses: masked, scaled log-sum-exp statistics
-of a similarity block, over its rows and optionally its columns.
+"""The one differentiable op every loss uses: masked, scaled per-row statistics of a
+similarity block, over its rows and optionally its columns. The statistic is the
+block's ``Reduction`` (``spec.reduction``, ``_reduction.py``, docs/math.md §12): the
+softmax's log-sum-exp below, the only one the backends compute today.
 
     z_ij  = scale * s_ij,   s_ij = <x_i, y_j>
             (prefix dims: s^k_ij = a_ik * b_jk * <x_i[:m_k], y_j[:m_k]>, a/b the
@@ -18,7 +20,8 @@ gradient pass then folds both softmax roles of each pair. With ``axis_name`` the
 rows are this device's shard and the columns run over the whole ring
 (``ring.py``); without it the ring has one device.
 
-VJP, for cotangents g_row / g_col:
+VJP, for cotangents g_row / g_col (the softmax's coefficients; a reduction's
+``coefficient`` in general):
 
     c_ij   = g_row_i * keep_ij * exp(z_ij - lse_row_i) + g_col_j * keep_ij * exp(z_ij - lse_col_j)
     dx_i   = scale * sum_j c_ij y_j,   dy_j = scale * sum_i c_ij x_i
@@ -36,10 +39,10 @@ import functools
 from typing import Any, Hashable, NamedTuple
 
 import jax
-import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from memeff_jax import ring
+from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax.config import KernelConfig
 
 
@@ -55,6 +58,7 @@ class BlockSpec:
   axis_name: Hashable | None = None     # ring axis (inside shard_map)
   config: KernelConfig | None = None
   want_max: bool = True             # the maxima (in-batch accuracy); False: they are None
+  reduction: Reduction = SOFTMAX    # the per-row statistic, its merge and its coefficient
 
   def __post_init__(self):
     if self.two_sided and self.symmetric:
@@ -62,30 +66,35 @@ class BlockSpec:
 
 
 class Side(NamedTuple):
-  """One softmax role's statistics for the gradient pass: log-normalizers (with -inf
-  replaced by +inf so a fully masked softmax contributes exact zeros), cotangents,
-  and thresholds (or None)."""
+  """One role's (rows' or columns') statistics for the gradient pass: the statistic as
+  ``reduction.residual`` gives it (the softmax: log-normalizers with -inf replaced by
+  +inf, so a fully masked softmax contributes exact zeros), cotangents, and thresholds
+  (or None)."""
 
-  lse: jax.Array
+  lse: jax.Array                # the residual statistic (named for the softmax's)
   g: jax.Array
   thr: jax.Array | None
 
 
-def block_lse(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_mask=None, *,
-              spec: BlockSpec):
-  """``(lse_row, lse_col, max_row, max_col)`` of the block: the log-normalizers and the
-  largest kept logit ``max_j keep_ij z_ij`` of each row and column (-inf if none; no
-  gradient, it feeds the in-batch accuracy; None unless ``spec.want_max``); the column
-  ones are None unless ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row
-  masks, both or neither (a symmetric block takes ``x_mask`` only)."""
+def block_stats(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_mask=None,
+                *, spec: BlockSpec):
+  """``(lse_row, lse_col, max_row, max_col)`` of the block: the statistics of
+  ``spec.reduction`` (the softmax's log-normalizers) and the largest kept logit
+  ``max_j keep_ij z_ij`` of each row and column (-inf if none; no gradient, it feeds
+  the in-batch accuracy; None unless ``spec.want_max``); the column ones are None
+  unless ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row masks, both or
+  neither (a symmetric block takes ``x_mask`` only)."""
   if (spec.dims is None) != (x_tab is None):
     raise ValueError("prefix dims and inverse-norm tables go together")
   if spec.symmetric != (y is None):
     raise ValueError("symmetric blocks take y=None; other blocks need y")
   if (y_mask is not None) != (x_mask is not None and not spec.symmetric):
     raise ValueError("row masks: both or neither (a symmetric block takes x_mask only)")
-  with jax.named_scope("memeff/block_lse"):
+  with jax.named_scope(f"memeff/block_{spec.reduction.name}"):
     return _op(spec)(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
+
+
+block_lse = block_stats   # the softmax's name for it, kept for its callers
 
 
 @functools.cache
@@ -113,8 +122,9 @@ def _op(spec: BlockSpec):
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
       return (None,) * 8
-    row = None if g_row is None else Side(_safe(lse_row), g_row, row_thr)
-    col = None if g_col is None else Side(_safe(lse_col), g_col, None)
+    residual = spec.reduction.residual
+    row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
+    col = None if g_col is None else Side(residual(lse_col), g_col, None)
     dx, dy, dscale, dxt, dyt = ring.backward(spec, need, x, y, scale, x_tab, y_tab, x_mask,
                                              y_mask, row, col)
     return dx, dy, dscale, None, dxt, dyt, None, None
@@ -123,8 +133,3 @@ def _op(spec: BlockSpec):
   # Under jit, so that a user's eager shard_map can run it (JAX has no eager
   # symbolic-zeros custom_vjp inside shard_map).
   return jax.jit(op)
-
-
-def _safe(lse):
-  """exp(z - lse) with lse = -inf must be 0: only masked entries can meet it."""
-  return None if lse is None else jnp.where(lse == -jnp.inf, jnp.inf, lse)

@@ -9,6 +9,10 @@ statistics (forward) and column gradients (backward) ride with their block and
 arrive home after one lap, so per-device memory stays O(local batch * d): nothing
 is ever assembled. The custom_vjp in ``_core`` wraps the whole ring, and the
 backward ring is explicit here. Without an axis the ring has one device and one hop.
+
+The hops' statistics merge through the block's reduction (``spec.reduction``,
+docs/math.md §12: the softmax's log_add_exp), the maxima with ``max``; the backward
+ring only carries the ``Side`` statistics to the backend.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._compat import to_varying, varying_axes
-from memeff_jax._terms import glue_dtype, log_add_exp
+from memeff_jax._terms import glue_dtype
 
 
 class Need(NamedTuple):
@@ -55,13 +59,14 @@ def _masks(x_mask, y_mask):
 
 def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
   """``(lse_row, lse_col, max_row, max_col)`` of this device's rows / columns over the
-  whole ring (the column ones None unless two-sided, the maxima None unless
-  ``spec.want_max``). The ``where`` masks of the columns (y_mask) travel with their
-  block.
+  whole ring: the statistics of ``spec.reduction`` and the maxima (the column ones None
+  unless two-sided, the maxima None unless ``spec.want_max``). The ``where`` masks of
+  the columns (y_mask) travel with their block.
 
   Where the backend has a bounded forward (``fwd_floor``), the lap runs it, and reruns
   exactly if any kept row's or column's lse (over the whole ring) is below the floor
-  or not finite; every device takes the same branch."""
+  or not finite; every device takes the same branch. (A bounded forward is the
+  softmax kernels' fixed shift: its floor is on the log-sum-exp.)"""
   floor = spec.backend.fwd_floor(x, scale, spec)
   lap = functools.partial(_forward, spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
   if floor is None:
@@ -79,7 +84,7 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
 
 def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounded):
   """``forward``'s lap, with the backend's bounded or exact statistics."""
-  be, axis = spec.backend, spec.axis_name
+  be, axis, red = spec.backend, spec.axis_name, spec.reduction
   if spec.symmetric:
     y, y_tab, y_mask = x, x_tab, x_mask
   size, me, shift = _ring(axis)
@@ -99,19 +104,20 @@ def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounde
     travel = (y_vis, yt_vis, ym_vis)
     y_next, yt_next, ym_next = shift(travel) if send else travel
     r, c, r_max, c_max = _drop_max(spec, hop(h, y_vis, yt_vis, ym_vis))
-    lse_row = log_add_exp(lse_row, r)
+    lse_row = red.merge(lse_row, r)
     if spec.want_max:
       max_row = jnp.maximum(max_row, r_max)
     if spec.two_sided:   # the column partials ride with their block and arrive home
-      lse_col, max_col = shift((log_add_exp(lse_col, c),
+      lse_col, max_col = shift((red.merge(lse_col, c),
                                 jnp.maximum(max_col, c_max) if spec.want_max else None))
     return y_next, yt_next, ym_next, lse_row, lse_col, max_row, max_col
 
   k = () if spec.dims is None else (len(spec.dims),)
-  full = lambda size_: to_varying(jnp.full(k + (size_,), -jnp.inf, glue_dtype(x.dtype)), axis)
-  cols = full(m) if spec.two_sided else None
-  maxima = (full(n), cols) if spec.want_max else (None, None)
-  init = (y, y_tab, y_mask, full(n), cols) + maxima
+  full = lambda size_, v: to_varying(jnp.full(k + (size_,), v, glue_dtype(x.dtype)), axis)
+  cols = full(m, red.empty) if spec.two_sided else None   # the merge's identity
+  maxima = (full(n, -jnp.inf), full(m, -jnp.inf) if spec.two_sided else None)
+  maxima = maxima if spec.want_max else (None, None)
+  init = (y, y_tab, y_mask, full(n, red.empty), cols) + maxima
   return _lap(size, step, init)[3:]
 
 
