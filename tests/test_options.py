@@ -1,0 +1,94 @@
+"""The options table (memeff_jax/_options.py) is the one source of every option's
+default, check, traced range and docs: the public signatures, docstrings and wrappers
+must agree with it."""
+
+import dataclasses
+import inspect
+
+import pytest
+
+import memeff_jax as mj
+from memeff_jax import _checkify, _options, classes
+
+LOSSES = [mj.clip_loss, mj.clip_loss_with_stats, mj.lit_loss, mj.lit_loss_with_stats,
+          mj.qwen3_loss, mj.qwen3_loss_with_stats, mj.lit_qwen3_loss,
+          mj.lit_qwen3_loss_with_stats]
+
+
+def _keywords(fn):
+  return {name: p for name, p in inspect.signature(fn).parameters.items()
+          if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=lambda f: f.__name__)
+def test_signature_defaults_match_the_table(fn):
+  keywords = _keywords(fn)
+  assert set(_options.SHARED) <= set(keywords)
+  for name, p in keywords.items():
+    assert name in _options.OPTIONS, f"{fn.__name__}: {name} has no row in the table"
+    assert p.default == _options.OPTIONS[name].default, name
+    assert type(p.default) is type(_options.OPTIONS[name].default), name
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=lambda f: f.__name__)
+def test_shared_keywords_in_signature_order(fn):
+  keywords = [k for k in _keywords(fn) if k in _options.SHARED]
+  assert tuple(keywords) == _options.SHARED
+
+
+@pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_loss, mj.qwen3_loss, mj.lit_qwen3_loss],
+                         ids=lambda f: f.__name__)
+def test_docs_come_from_the_table(fn):
+  doc = fn.__doc__
+  for name in _keywords(fn):
+    first = _options.OPTIONS[name].doc.split("\n")[0].strip()
+    assert f"  {name}: {first}" in doc
+  raises = " ".join(doc[doc.index("Raises:"):].split())   # unwrapped
+  assert ("``margin < 0``" in raises) == ("margin" in _keywords(fn))
+  for name in _options.traced(list(_keywords(fn))):
+    assert f"``{name}`` {_options.OPTIONS[name].traced.what}" in raises
+
+
+def test_traced_ranges_are_the_table_rows():
+  assert _options.traced(_options.SHARED + ("margin",)) == (
+      "temperature", "tau_plus", "label_smoothing", "lse_square_scale", "margin")
+  assert _checkify.OPTIONS is _options.OPTIONS
+
+
+def test_every_row_is_used_by_some_loss():
+  used = set().union(*(_keywords(fn) for fn in LOSSES))
+  assert used == set(_options.OPTIONS)
+
+
+def _fields(cls):
+  return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in classes.__all__ if n != "MatryoshkaLoss"))
+def test_class_defaults_match_the_table(name):
+  for field, default in _fields(getattr(classes, name)).items():
+    if field in _options.OPTIONS and default is not dataclasses.MISSING:
+      assert default == _options.OPTIONS[field].default, (name, field)
+
+
+def test_class_constructor_parameters():
+  # The fields, in order (memeff's constructors; a positional-free dataclass each).
+  plain = ["temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
+           "backend"]
+  qwen3 = plain + ["margin", "use_qq_negatives", "use_dd_negatives"]
+  want = {
+      "MemoryEfficientCLIPLoss": plain,
+      "MemoryEfficientLiTLoss": plain,
+      "MemoryEfficientQwen3Loss": qwen3,
+      "MemoryEfficientLiTQwen3Loss": qwen3[:-1],
+      "StableMemoryEfficientCLIPLoss": ["temperature", "normalized_inputs", "backend"],
+      "StableMemoryEfficientLiTLoss": ["temperature", "normalized_inputs", "backend"],
+  }
+  for base, fields in list(want.items())[:4]:
+    mrl = base.replace("MemoryEfficient", "MemoryEfficientMatryoshka")
+    want[mrl] = fields + ["dims", "weights"]
+    want["Distributed" + base] = fields + ["axis_name"]
+    want["Distributed" + mrl] = fields + ["dims", "weights", "axis_name"]
+  for name, fields in want.items():
+    assert list(_fields(getattr(classes, name))) == fields, name
+  assert len(want) == 18
