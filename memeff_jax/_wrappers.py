@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax.typing import ArrayLike
 
 from memeff_jax import clip, lit, qwen3
+from memeff_jax._options import SHARED
 from memeff_jax._validation import check_dims, check_weights
 
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
@@ -79,6 +80,40 @@ def fill(text: str, indent: str = "  ") -> str:
   """A generated docstring paragraph, wrapped and indented (continuation lines too)."""
   return textwrap.fill(" ".join(text.split()), 88, initial_indent=indent,
                        subsequent_indent=indent)
+
+
+# The loss options a Flax module holds (its temperature is a parameter, ``where`` is
+# per call), in signature order; a family's own follow.
+MODULE_OPTIONS = tuple(n for n in SHARED if n not in ("temperature", "where"))
+
+
+def module_doc(spec: Spec, call: str, stats: str, first: str = "") -> str:
+  """A Flax module's docstring head: what it is and how it is called (``call`` with
+  ``first`` and the arrays, ``stats`` for the ``(loss, stats)`` form)."""
+  head = fill(f":func:`memeff_jax.{spec.function}` with a learnable temperature "
+              f"(docs/math.md {spec.section}, §7.4).", "  ").lstrip()
+  about = f"\n\n{fill(spec.about)}" if spec.about else ""
+  arrays = ", ".join(a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays)
+  use = fill(f"{call}({first}{arrays}, tau_plus=None, where=None)``: the loss, a "
+             f"float32 scalar; {stats}: ``(loss, stats)``. A per-call ``tau_plus`` (a float "
+             f"or a per-row ``[batch]`` array) overrides the module's; ``where`` (a bool "
+             f"``[batch]`` mask) removes rows, as for the functions.")
+  return f"{head}{about}\n\n{use}\n"
+
+
+def module_options_doc(spec: Spec) -> str:
+  """The loss options' lines of a Flax module's ``Args:`` / ``Attributes:``."""
+  own = ""
+  if spec.options:
+    own = "\n" + fill(f"{', '.join(spec.options)}: the family's own options (same defaults "
+                       f"as the function).", "    ")
+  return f"""    max_logit_scale: upper bound on ``1 / t`` (t >= 1 / max_logit_scale), OpenCLIP's
+      clamp at 100 by default; None for no bound. The forward pass uses the clamped
+      value; above the bound the parameter only receives gradients that bring it back.
+{fill(", ".join(MODULE_OPTIONS) + f": the loss options, forwarded unchanged to "
+      f":func:`memeff_jax.{spec.function}` at every call (the Matryoshka ones only when "
+      f"set).", "    ")}{own}
+"""
 
 
 def call_method(spec: Spec, body: Callable, name: str, doc: str) -> Callable:

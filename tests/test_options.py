@@ -92,3 +92,57 @@ def test_class_constructor_parameters():
   for name, fields in want.items():
     assert list(_fields(getattr(classes, name))) == fields, name
   assert len(want) == 18
+
+
+# The Flax modules: their loss options are the table's rows, with its defaults.
+_MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
+                  "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
+                  "matryoshka_weights", "axis_name", "backend", "deterministic", "config"]
+_OWN = {"CLIPLoss": [], "LiTLoss": [], "Qwen3Loss": ["margin", "use_qq_negatives",
+                                                     "use_dd_negatives"],
+        "LiTQwen3Loss": ["margin", "use_qq_negatives"]}
+
+
+@pytest.mark.parametrize("name", sorted(_OWN))
+def test_linen_fields_and_defaults(name):
+  pytest.importorskip("flax")
+  from memeff_jax import linen  # pylint: disable=g-import-not-at-top
+  fields = {f.name: f.default for f in dataclasses.fields(getattr(linen, name))}
+  assert list(fields) == _MODULE_FIELDS + _OWN[name] + ["parent", "name"]
+  for field, default in fields.items():
+    if field in _options.OPTIONS:
+      assert default == _options.OPTIONS[field].default, field
+
+
+@pytest.mark.parametrize("name", sorted(_OWN))
+def test_nnx_constructor_and_defaults(name):
+  pytest.importorskip("flax")
+  from memeff_jax import nnx  # pylint: disable=g-import-not-at-top
+  cls = getattr(nnx, name)
+  params = inspect.signature(cls.__init__).parameters
+  assert list(params)[1:] == _MODULE_FIELDS + _OWN[name]
+  module = cls()
+  for field in _MODULE_FIELDS[3:] + _OWN[name]:
+    assert getattr(module, field) == _options.OPTIONS[field].default, field
+  with pytest.raises(TypeError, match=f"{name}.__init__\\(\\) got an unexpected keyword "
+                                      f"argument 'bogus'"):
+    cls(bogus=1)
+
+
+@pytest.mark.parametrize("name", sorted(_OWN))
+def test_call_signatures_name_the_arrays(name):
+  pytest.importorskip("flax")
+  from memeff_jax import linen, nnx  # pylint: disable=g-import-not-at-top
+  arrays = list(inspect.signature(
+      getattr(mj, _options_function(name))).parameters)[:3 if "Qwen3" in name else 2]
+  for cls in (getattr(nnx, name), getattr(linen, name),
+              getattr(classes, "MemoryEfficient" + name)):
+    for method in ("__call__", "with_stats"):
+      if hasattr(cls, method):
+        params = list(inspect.signature(getattr(cls, method)).parameters)
+        assert params == ["self"] + arrays + ["tau_plus", "where"], (cls, method)
+
+
+def _options_function(name):
+  return {"CLIPLoss": "clip_loss", "LiTLoss": "lit_loss", "Qwen3Loss": "qwen3_loss",
+          "LiTQwen3Loss": "lit_qwen3_loss"}[name]
