@@ -142,20 +142,20 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
         f"float32 or float64 features") from e
 
 
-def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
-  arrays = [_validation.as_array(kwargs.pop(a)) for a in family.arrays]
-  if set(kwargs) != set(SHARED + family.options):
-    raise TypeError(f"internal: {family.name} options {sorted(kwargs)} != "
+def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
+  arrays = [_validation.as_array(o.pop(a)) for a in family.arrays]
+  if set(o) != set(SHARED + family.options):   # o: the options as passed
+    raise TypeError(f"internal: {family.name} options {sorted(o)} != "
                     f"{sorted(SHARED + family.options)}")
   n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
   acc = _terms.glue_dtype(arrays[0].dtype)
   # Every option checked by its row of the options table, in the table's order.
-  c = _options.check(kwargs, _options.Call(n=n, d=d, dtype=acc, arrays=tuple(zip(
-      family.arrays, arrays)), backend=kwargs["backend"], got={}))
-  temperature, tau, mask = c["temperature"], c["tau_plus"], c["where"]
-  tau_plus = _validation.as_array(kwargs["tau_plus"])
+  opt = _options.check(o, _options.Call(n=n, d=d, dtype=acc, arrays=tuple(zip(
+      family.arrays, arrays)), backend=o["backend"], got={}))
+  temperature, tau, mask = opt["temperature"], opt["tau_plus"], opt["where"]
+  tau_plus = _validation.as_array(o["tau_plus"])
   if mask is not None:
     # A removed row is zeros from here on (whatever it held: padding, NaN): its
     # gradient is exactly zero and it adds nothing to any sum; the kernels drop it.
@@ -163,11 +163,10 @@ def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
               for a in arrays]
     if jnp.ndim(tau_plus) == 1:
       tau_plus, tau = jnp.where(mask, tau_plus, 0), jnp.where(mask, tau, 0)
-  eps, z_scale = c["label_smoothing"], c["lse_square_scale"]
-  dims, weights = c["matryoshka_dims"], c["matryoshka_weights"]
-  be, config, axis_name = c["backend"], c["config"], c["axis_name"]
-  own = {k: c[k] for k in family.options}
-  o = kwargs   # the options as passed
+  eps, z_scale = opt["label_smoothing"], opt["lse_square_scale"]
+  dims, weights = opt["matryoshka_dims"], opt["matryoshka_weights"]
+  be, config, axis_name = opt["backend"], opt["config"], opt["axis_name"]
+  own = {k: opt[k] for k in family.options}
   if be is None:
     if axis_name is not None:
       raise ValueError("backend='reference' is single-device: it has no axis_name ring")
@@ -186,7 +185,7 @@ def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
             for i, a in enumerate(arrays)]
   # Traced values cannot raise: out of range or non-finite, they poison the loss and
   # its gradients with NaN (below); inside checkify_checks, checkify names them.
-  used = dict(c, tau_plus=tau_plus)
+  used = dict(opt, tau_plus=tau_plus)   # the prior as given (masked), not its fp32 copy
   hyper = {k: used[k] for k in _options.traced(SHARED + family.options)}
   ok = _checkify.value_checks(dict(zip(family.arrays, arrays)), hyper)
   c = poison_flag(ok, axis_name)
