@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import math
 import textwrap
 from typing import Any, Callable
@@ -116,32 +115,27 @@ def module_options_doc(spec: Spec) -> str:
 """
 
 
-def call_method(spec: Spec, body: Callable, name: str, doc: str) -> Callable:
-  """A method ``name(self, <spec's arrays>, *, tau_plus=None, where=None)`` (the
-  family's array names, ``hard_negatives`` optional) that returns ``body(self,
-  *arrays, tau_plus=..., where=...)``."""
-  P = inspect.Parameter
-  params = [P("self", P.POSITIONAL_OR_KEYWORD)]
-  params += [P(a, P.POSITIONAL_OR_KEYWORD, annotation="ArrayLike" if a != "hard_negatives"
-               else "ArrayLike | None", default=None if a == "hard_negatives" else P.empty)
-             for a in spec.arrays]
-  params += [P(k, P.KEYWORD_ONLY, annotation="ArrayLike | None", default=None)
-             for k in ("tau_plus", "where")]
-  sig = inspect.Signature(params, return_annotation="jax.Array")
+def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> Callable:
+  """The method ``owner.name(self, <spec's arrays>, *, tau_plus=None, where=None)``
+  (the family's array names, ``hard_negatives=None`` optional) returning ``body(self,
+  *arrays, tau_plus=..., where=...)``.
 
-  def method(*args, **kwargs):
-    try:
-      bound = sig.bind(*args, **kwargs)
-    except TypeError as e:
-      raise TypeError(f"{name}() {e}") from None
-    bound.apply_defaults()
-    a = bound.arguments
-    return body(a["self"], *(a[n] for n in spec.arrays), tau_plus=a["tau_plus"],
-                where=a["where"])
-
-  method.__name__ = method.__qualname__ = name
-  method.__signature__ = sig
+  Written out and compiled, as ``dataclasses`` writes ``__init__``: a real signature,
+  so a bad call raises Python's own TypeError naming the method and the argument.
+  """
+  arrays = [a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays]
+  source = (f"def {name}(self, {', '.join(arrays)}, *, tau_plus=None, where=None):\n"
+            f"  return body(self, {', '.join(spec.arrays)}, tau_plus=tau_plus, "
+            f"where=where)\n")
+  namespace = {"body": body}
+  exec(source, namespace)   # pylint: disable=exec-used
+  method = namespace[name]
+  method.__qualname__ = f"{owner}.{name}"
+  method.__module__ = getattr(body, "func", body).__module__   # the wrapper's module
   method.__doc__ = doc
+  method.__annotations__ = {
+      **{a: "ArrayLike | None" if a == "hard_negatives" else "ArrayLike" for a in spec.arrays},
+      "tau_plus": "ArrayLike | None", "where": "ArrayLike | None", "return": "jax.Array"}
   return method
 
 

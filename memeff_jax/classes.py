@@ -176,8 +176,8 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
            f"for a learnable one call the function with a traced array, or use "
            f"``memeff_jax.nnx.{spec.tag}Loss``).", "    ") + "\n",
       [(n, OPTIONS[n].type, dataclasses.field(default=OPTIONS[n].default)) for n in names],
-      _spec=spec, __call__=call_method(
-          spec, lambda self, *a, **kw: self._call(*a, **kw), "__call__", _call_doc(spec)))
+      _spec=spec, __call__=call_method(spec, _Wrapper._call, "__call__", _call_doc(spec),
+                                       plain_name))
   mrl_name = f"MemoryEfficientMatryoshka{spec.tag}Loss"
   mrl = _dataclass(mrl_name, (_MatryoshkaOptions, plain), fill(
       f"memeff's fused ``{mrl_name}``: :func:`memeff_jax.{fn}` with "
@@ -269,7 +269,9 @@ class StableMemoryEfficientCLIPLoss(_Wrapper):
 
   _spec: ClassVar[Spec] = _CLIP
   _fixed: ClassVar[dict[str, Any]] = {"stable": True}
-  __call__ = MemoryEfficientCLIPLoss.__call__
+  __call__ = call_method(_CLIP, _Wrapper._call, "__call__",
+                         "As :meth:`MemoryEfficientCLIPLoss.__call__`.",
+                         "StableMemoryEfficientCLIPLoss")
 
   def __post_init__(self):
     _warn_deprecated("StableMemoryEfficientCLIPLoss", "MemoryEfficientCLIPLoss")
@@ -289,7 +291,9 @@ class StableMemoryEfficientLiTLoss(_Wrapper):
 
   _spec: ClassVar[Spec] = _LIT
   _fixed: ClassVar[dict[str, Any]] = {"stable": True}
-  __call__ = MemoryEfficientLiTLoss.__call__
+  __call__ = call_method(_LIT, _Wrapper._call, "__call__",
+                         "As :meth:`MemoryEfficientLiTLoss.__call__`.",
+                         "StableMemoryEfficientLiTLoss")
 
   def __post_init__(self):
     _warn_deprecated("StableMemoryEfficientLiTLoss", "MemoryEfficientLiTLoss")

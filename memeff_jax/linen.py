@@ -62,6 +62,7 @@ the chunks: towers with BatchNorm belong in :func:`memeff_jax.nnx.grad_cache`::
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.linen as nn
@@ -146,14 +147,14 @@ def _module(spec: Spec) -> type:
   ``method="with_stats"``; the family's own options are its last fields."""
   doc = (module_doc(spec, "``apply", '``method="with_stats"``', "variables, ") + _ATTRS_DOC +
          module_options_doc(spec))
-  call = call_method(spec, lambda self, *a, **kw: self._stats(*a, **kw, stats=False),
-                     "__call__", f"The loss of {spec.what}: a float32 scalar.")
-  with_stats = call_method(spec, lambda self, *a, **kw: self._stats(*a, **kw),
-                           "with_stats", f"``(loss, stats)`` as "
-                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.")
+  name = f"{spec.tag}Loss"
+  call = call_method(spec, functools.partial(_LossModule._stats, stats=False), "__call__",
+                     f"The loss of {spec.what}: a float32 scalar.", name)
+  with_stats = call_method(spec, _LossModule._stats, "with_stats", f"``(loss, stats)`` as "
+                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", name)
   # Through Linen's metaclass, with the methods in the body: Linen wraps them there.
-  return type(_LossModule)(f"{spec.tag}Loss", (_LossModule,), dict(
-      _fields(spec.options), __module__=__name__, __qualname__=f"{spec.tag}Loss",
+  return type(_LossModule)(name, (_LossModule,), dict(
+      _fields(spec.options), __module__=__name__, __qualname__=name,
       __doc__=doc, _spec=spec, __call__=call, with_stats=with_stats))
 
 

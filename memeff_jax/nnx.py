@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import inspect
+import functools
 from typing import Any, Callable
 
 import jax
@@ -102,11 +103,11 @@ def _module(spec: Spec) -> type:
   """The NNX module of one family: ``module(arrays)`` and ``module.with_stats(arrays)``."""
   doc = (module_doc(spec, "Call it as ``module", "``module.with_stats(...)``") + _INIT_DOC +
          module_options_doc(spec))
-  call = call_method(spec, lambda self, *a, **kw: self._stats(*a, **kw, stats=False),
-                     "__call__", f"The loss of {spec.what}: a float32 scalar.")
-  with_stats = call_method(spec, lambda self, *a, **kw: self._stats(*a, **kw),
-                           "with_stats", f"``(loss, stats)`` as "
-                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.")
+  name = f"{spec.tag}Loss"
+  call = call_method(spec, functools.partial(_LossModule._stats, stats=False), "__call__",
+                     f"The loss of {spec.what}: a float32 scalar.", name)
+  with_stats = call_method(spec, _LossModule._stats, "with_stats", f"``(loss, stats)`` as "
+                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", name)
 
   def __init__(self, **options):
     _LossModule.__init__(self, **options)
@@ -121,8 +122,8 @@ def _module(spec: Spec) -> type:
       [P(n, P.KEYWORD_ONLY, default=OPTIONS[n].default)
        for n in MODULE_OPTIONS + spec.options])
   # The metaclass of nnx.Module builds the class (a plain type() would skip its __init__).
-  return type(_LossModule)(f"{spec.tag}Loss", (_LossModule,), dict(
-      __module__=__name__, __qualname__=f"{spec.tag}Loss", __doc__=doc, _spec=spec,
+  return type(_LossModule)(name, (_LossModule,), dict(
+      __module__=__name__, __qualname__=name, __doc__=doc, _spec=spec,
       __init__=__init__, __call__=call, with_stats=with_stats))
 
 
