@@ -21,8 +21,7 @@ memeff class                                    memeff_jax call
 ==============================================  ===============================================
 
 Options are keyword-only (memeff's constructors take keywords in its examples too);
-every class also takes ``backend=`` ("auto" by default). The classes are built from
-one spec per family (``_wrappers.SPECS``), their defaults from the options table. Values are validated when
+every class also takes ``backend=`` ("auto" by default). Values are validated when
 the loss is called, by the function, not at construction. Every call returns the
 function's result: a float32 scalar (float64 for float64 inputs, with x64 enabled, on
 the blockwise and reference backends).
@@ -32,6 +31,9 @@ forward returns this rank's additive share of the loss (all-reduce it to log it)
 relies on DDP averaging gradients over W ranks. Here every device returns the
 **global** loss, and ``jax.grad`` inside ``shard_map`` gives each device the local
 rows of the global loss's gradient, with no ``1 / W`` factor (docs/math.md §9).
+
+The classes are built from one spec per family (``_wrappers.SPECS``), their defaults
+from the options table (``_options``); their docstrings are generated.
 
 Example:
   >>> import jax

@@ -146,3 +146,22 @@ def test_call_signatures_name_the_arrays(name):
 def _options_function(name):
   return {"CLIPLoss": "clip_loss", "LiTLoss": "lit_loss", "Qwen3Loss": "qwen3_loss",
           "LiTQwen3Loss": "lit_qwen3_loss"}[name]
+
+
+@pytest.mark.parametrize("name,bad", [("temperature", -0.1), ("tau_plus", 1.5),
+                                      ("label_smoothing", -0.5), ("lse_square_scale", -1.0),
+                                      ("margin", -0.2)])
+def test_traced_range_from_the_table(name, bad):
+  # A Python value out of range raises naming the option; traced, the loss is NaN and
+  # checkify's message says what the table's row says must hold.
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jax.experimental import checkify  # pylint: disable=g-import-not-at-top
+  x = jnp.ones((4, 8), jnp.float32) + jnp.eye(4, 8)
+  with pytest.raises(ValueError, match=name):
+    mj.qwen3_loss(x, x, **{name: bad}, backend="blockwise")
+  f = jax.jit(lambda v: mj.qwen3_loss(x, x, **{name: v}, backend="blockwise"))
+  with mj.checkify_checks():
+    err, loss = checkify.checkify(f)(jnp.float32(bad))
+  assert jnp.isnan(loss)
+  assert f"{name} must be {_options.OPTIONS[name].traced.what}" in err.get()
