@@ -2,7 +2,7 @@
 
 from memeff_jax import reference
 from memeff_jax._terms import ContrastiveStats
-from memeff_jax._validation import checkify_checks
+from memeff_jax._checkify import checkify_checks
 from memeff_jax._version import __version__
 from memeff_jax.clip import clip_loss
 from memeff_jax.clip import clip_loss_with_stats

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax import _terms, _validation, backends
+from memeff_jax import _checkify, _options, _terms, _validation
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
@@ -34,10 +34,7 @@ _P = ParamSpec("_P")
 # Set (at trace time) while a loss function (``value_only``) runs its ``*_with_stats``
 # twin: the stats are thrown away, so the kernels skip the in-batch accuracy's maxima.
 _LOSS_ONLY = contextvars.ContextVar("memeff_jax_loss_only", default=False)
-# Keywords every loss takes, in signature order; families add their own (margin, ...).
-SHARED = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
-          "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "where", "axis_name",
-          "backend", "deterministic", "config")
+SHARED = _options.SHARED
 
 
 class Tower(NamedTuple):
@@ -127,8 +124,7 @@ class Family:
   locked: tuple[int, ...]           # indices of arrays under stop_gradient
   head: Callable[..., Head]         # head(ctx, towers, **family_options)
   reference: Callable               # reference *_with_stats
-  options: tuple[str, ...] = ()     # the family's own keywords
-  validate: Callable[..., dict] = dict   # their trace-time checks: options -> options
+  options: tuple[str, ...] = ()     # the family's own keywords (rows of the options table)
 
 
 def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
@@ -150,20 +146,20 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
         f"float32 or float64 features") from e
 
 
-def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
-  arrays = [_validation.as_array(kwargs.pop(a)) for a in family.arrays]
-  own = {k: kwargs.pop(k) for k in family.options}
-  o = dict(kwargs)
-  if set(o) != set(SHARED):
-    raise TypeError(f"internal: {family.name} options {sorted(o)} != {sorted(SHARED)}")
+def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
+  arrays = [_validation.as_array(o.pop(a)) for a in family.arrays]
+  if set(o) != set(SHARED + family.options):   # o: the options as passed
+    raise TypeError(f"internal: {family.name} options {sorted(o)} != "
+                    f"{sorted(SHARED + family.options)}")
   n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
   acc = _terms.glue_dtype(arrays[0].dtype)
-  temperature = _validation.check_temperature(o["temperature"], acc)
+  # Every option checked by its row of the options table, in the table's order.
+  opt = _options.check(o, _options.Call(n=n, d=d, dtype=acc, arrays=tuple(zip(
+      family.arrays, arrays)), backend=o["backend"], got={}))
+  temperature, tau, mask = opt["temperature"], opt["tau_plus"], opt["where"]
   tau_plus = _validation.as_array(o["tau_plus"])
-  tau = _validation.check_tau_plus(tau_plus, n, acc)
-  mask = _validation.check_where(o["where"], n)
   if mask is not None:
     # A removed row is zeros from here on (whatever it held: padding, NaN): its
     # gradient is exactly zero and it adds nothing to any sum; the kernels drop it.
@@ -171,17 +167,10 @@ def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
               for a in arrays]
     if jnp.ndim(tau_plus) == 1:
       tau_plus, tau = jnp.where(mask, tau_plus, 0), jnp.where(mask, tau, 0)
-  eps = _validation.check_range("label_smoothing", o["label_smoothing"], 0.0, 1.0)
-  z_scale = _validation.check_range("lse_square_scale", o["lse_square_scale"], 0.0,
-                                     float("inf"))
-  dims, weights = _validation.check_matryoshka(o["matryoshka_dims"], o["matryoshka_weights"], d)
-  for flag in ("normalized_inputs", "stable", "deterministic"):
-    _validation.check_flag(flag, o[flag])
-  be = backends.resolve(o["backend"], arrays[0].dtype)
-  config = _validation.check_config(o["config"], o["backend"])
-  axis_name = o["axis_name"]
-  _validation.check_axis(axis_name, *zip(family.arrays, arrays))
-  own = family.validate(**own)
+  eps, z_scale = opt["label_smoothing"], opt["lse_square_scale"]
+  dims, weights = opt["matryoshka_dims"], opt["matryoshka_weights"]
+  be, config, axis_name = opt["backend"], opt["config"], opt["axis_name"]
+  own = {k: opt[k] for k in family.options}
   if isinstance(be, DenseBackend):   # backend="reference": the family's dense oracle
     return be.dense_loss(family.reference, arrays, dims=dims, weights=weights,
                          axis_name=axis_name, **own, temperature=temperature,
@@ -196,9 +185,9 @@ def _run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
             for i, a in enumerate(arrays)]
   # Traced values cannot raise: out of range or non-finite, they poison the loss and
   # its gradients with NaN (below); inside checkify_checks, checkify names them.
-  hyper = dict(temperature=temperature, tau_plus=tau_plus, label_smoothing=eps,
-               lse_square_scale=z_scale, **{k: v for k, v in own.items() if k == "margin"})
-  ok = _validation.value_checks(dict(zip(family.arrays, arrays)), hyper)
+  used = dict(opt, tau_plus=tau_plus)   # the prior as given (masked), not its fp32 copy
+  hyper = {k: used[k] for k in _options.traced(SHARED + family.options)}
+  ok = _checkify.value_checks(dict(zip(family.arrays, arrays)), hyper)
   c = poison_flag(ok, axis_name)
   if c is not None:   # the feature arrays' NaN gradients; poison (below) does the rest
     arrays = [None if a is None else taint(a, c) for a in arrays]

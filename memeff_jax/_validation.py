@@ -1,25 +1,20 @@
-"""Checks shared by every public loss.
+"""Trace-time checks shared by every public loss.
 
-At trace time: shapes, dtypes, flags, config, Python-number ranges, the ring axis.
-Shapes and config raise ValueError, dtypes and types TypeError, naming the argument.
-Values inside traced arrays cannot be checked without a host sync: ``value_checks``
-turns them into one 0-d ``ok`` (the chain then poisons the loss and its gradients
-with NaN, ``_terms.poison`` and ``_terms.taint``) and, inside ``checkify_checks``,
-a ``checkify.debug_check`` per argument.
+Shapes, dtypes, flags, config, Python-number ranges, the ring axis. Shapes and config
+raise ValueError, dtypes and types TypeError, naming the argument. The options table
+(``_options``) says which check each option gets; values inside traced arrays are
+``_checkify``'s.
 """
 
 from __future__ import annotations
 
-import contextlib
 import numbers
-import os
 import warnings
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import checkify
 
 from memeff_jax._compat import varying_axes
 from memeff_jax.backends import registry
@@ -118,7 +113,9 @@ def check_temperature(t, dtype=jnp.float32):
     warnings.warn(f"temperature={t} > 1 looks like a logit scale (OpenCLIP's "
                   f"logit_scale.exp(), sentence-transformers' scale=20): the logits are "
                   f"similarity / temperature, so pass temperature = 1 / scale "
-                  f"(here {1.0 / t:.4g})", UserWarning, stacklevel=4)
+                  f"(here {1.0 / t:.4g})", UserWarning,
+                  # the public loss: here <- the table's row <- _options.check <- the chain (2)
+                  stacklevel=6)
   return t
 
 
@@ -182,10 +179,11 @@ def check_config(config, backend: str):
   return config
 
 
-def check_axis(axis_name, *arrays) -> None:
+def check_axis(axis_name, *arrays, mask=None) -> None:
   """axis_name (a mesh axis or a tuple of them) must be bound, i.e. we are inside
   shard_map over it, and ``arrays`` ((name, array or None) pairs) must be this
-  device's shard: varying over every named axis, not replicated."""
+  device's shard: varying over every named axis, not replicated. With a ``where``
+  ``mask``, an array counts as varying where its masked rows would (either does)."""
   if axis_name is None:
     return
   for axis in axis_name if isinstance(axis_name, tuple) else (axis_name,):
@@ -197,90 +195,13 @@ def check_axis(axis_name, *arrays) -> None:
                        f"memeff_jax.sharded") from e
     if axis not in varying_axes(index):
       continue   # shard_map(check_vma=False): replication is not tracked
+    mask_axes = frozenset() if mask is None else varying_axes(mask)
     for name, v in arrays:
-      if v is not None and axis not in varying_axes(v):
+      if v is not None and axis not in varying_axes(v) | mask_axes:
         raise ValueError(
             f"{name} is replicated over mesh axis {axis!r} (in_specs P(), or computed from "
             f"replicated values), but axis_name={axis_name!r} means each device holds its "
             f"own shard of the batch: shard it (in_specs=P({axis_name!r})) or drop axis_name")
-
-
-# Traced hyperparameters: (ok(v) elementwise, what the message says must hold).
-_RANGES = {
-    "temperature": (lambda v: jnp.isfinite(v) & (v > 0), "finite and > 0"),
-    "margin": (lambda v: v >= 0, ">= 0 (not NaN)"),
-    "tau_plus": (lambda v: (v >= 0) & (v < 1), "in [0, 1)"),
-    "label_smoothing": (lambda v: (v >= 0) & (v < 1), "in [0, 1)"),
-    "lse_square_scale": (lambda v: jnp.isfinite(v) & (v >= 0), "finite and >= 0"),
-}
-
-
-_CHECKIFY = [os.environ.get("MEMEFF_JAX_CHECKIFY", "0") not in ("", "0")]
-
-
-@contextlib.contextmanager
-def checkify_checks(enabled: bool = True):
-  """Losses traced inside this block name a bad traced value under ``checkify``.
-
-  Outside it (the default), a traced hyperparameter out of range or a non-finite
-  feature gives a NaN loss and NaN gradients and nothing else. Inside, each of
-  those checks is also a ``jax.experimental.checkify.debug_check`` naming the
-  argument, so ``checkify.checkify(step)`` returns an error that says which one
-  (a no-op without ``checkify``). The checks are off by default because a
-  ``debug_check`` gives the traced program an effect, and a jitted function with
-  an effect leaves JAX's C++ dispatch path for the Python one: about 1.3 ms more
-  host time per call of a loss step on an H200 machine (benchmarks/NOTES.md).
-
-  The switch is read when a loss is traced: a function jitted (and traced) before
-  the block keeps its trace. ``MEMEFF_JAX_CHECKIFY=1`` in the environment turns
-  the checks on for the whole process.
-
-  Example::
-
-    with memeff_jax.checkify_checks():
-      err, loss = checkify.checkify(loss_fn)(x, y, temperature)
-    err.throw()   # "temperature must be finite and > 0, got temperature=-0.1"
-  """
-  check_flag("enabled", enabled)
-  old, _CHECKIFY[0] = _CHECKIFY[0], enabled
-  try:
-    yield
-  finally:
-    _CHECKIFY[0] = old
-
-
-def _debug_check(ok, msg, **kw):
-  if _CHECKIFY[0]:
-    checkify.debug_check(ok, msg, **kw)
-
-
-def value_checks(arrays: dict, hyper: dict):
-  """0-d bool: every array in ``arrays`` (name -> array or None) is finite and every
-  traced hyperparameter in ``hyper`` (name -> value; Python numbers were checked at
-  trace time) lies in its range. None when there is nothing to check. Inside
-  ``checkify_checks``, each check is also a ``checkify.debug_check`` naming the
-  argument."""
-  oks = []
-  for name, v in arrays.items():
-    if v is None:
-      continue
-    ok = jnp.all(jnp.isfinite(v))
-    _debug_check(ok, f"{name} must be finite: it holds NaN or inf")
-    oks.append(ok)
-  for name, v in hyper.items():
-    if v is None or _is_python_number(v):
-      continue
-    fn, what = _RANGES[name]
-    ok = jnp.all(fn(v))
-    if jnp.ndim(v) == 0:
-      _debug_check(ok, f"{name} must be {what}, got {name}={{v}}", v=v)
-    else:
-      _debug_check(ok, f"{name} must be {what} in every entry, got {name}.shape="
-                       f"{jnp.shape(v)} with an entry out of range or NaN")
-    oks.append(ok)
-  if not oks:
-    return None
-  return jnp.all(jnp.stack(oks))
 
 
 Backend = BackendName   # the public names live in backends.registry
@@ -339,14 +260,3 @@ def check_weights(name: str, weights, k: int) -> tuple[float, ...]:
   if not all(np.isfinite(weights)):
     raise ValueError(f"{name} must be finite, got {name}={weights}")
   return weights
-
-
-def check_matryoshka(dims, weights, d: int):
-  """The fused Matryoshka options: (dims or None, weights); one weight 1.0 without dims."""
-  if dims is None:
-    if weights is not None:
-      raise ValueError(f"matryoshka_weights needs matryoshka_dims, got "
-                       f"matryoshka_weights={weights!r} and matryoshka_dims=None")
-    return None, (1.0,)
-  dims = check_dims("matryoshka_dims", dims, d, last_equals_d=True)
-  return dims, check_weights("matryoshka_weights", weights, len(dims))

@@ -1,23 +1,142 @@
 """Glue shared by the object wrappers (``classes``, ``nnx``, ``linen``) over the losses.
 
-Flax-free on purpose: ``memeff_jax.classes`` uses it too, and importing
-``memeff_jax`` must never import flax.
+The wrappers are built from one spec per family (``SPECS``: its loss, arrays, own
+options and docs) and the options table (``_options``: every option's default and
+type), so no wrapper repeats a loss's signature. Flax-free on purpose:
+``memeff_jax.classes`` uses it too, and importing ``memeff_jax`` must never import
+flax.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import textwrap
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from memeff_jax import clip, lit, qwen3
+from memeff_jax._options import SHARED
 from memeff_jax._validation import check_dims, check_weights
 
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
 MAX_LOGIT_SCALE = 100.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+  """One loss family as the wrappers see it."""
+
+  tag: str                        # class names: MemoryEfficient<tag>Loss, <tag>Loss
+  loss: Callable                  # the loss function, and its ``*_with_stats`` twin
+  with_stats: Callable
+  section: str                    # its docs/math.md section
+  arrays: dict[str, str]          # the arrays of a call -> their doc; hard_negatives optional
+  what: str                       # what a call's loss is of
+  about: str = ""                 # who is trained, who is locked
+  options: tuple[str, ...] = ()   # the family's own options (rows of the options table)
+
+  @property
+  def function(self) -> str:
+    return self.loss.__name__
+
+
+SPECS = (
+    Spec("CLIP", clip.clip_loss, clip.clip_loss_with_stats, "§4",
+         {"image_features": "[batch, d], the softmax rows.",
+          "text_features": "[batch, d], the softmax columns."},
+         "image and text features"),
+    Spec("LiT", lit.lit_loss, lit.lit_loss_with_stats, "§5",
+         {"text_features": "[batch, d], trained.", "image_features": "[batch, d], locked."},
+         "text (trained) and image (locked) features",
+         "The first argument (text) is trained; the second (image) is locked and gets an "
+         "exact zero gradient (memeff: ``None``)."),
+    Spec("Qwen3", qwen3.qwen3_loss, qwen3.qwen3_loss_with_stats, "§6",
+         {"query_features": "[batch, d].",
+          "doc_features": "[batch, d]; document i is query i's positive.",
+          "hard_negatives": "optional [batch, k, d]."},
+         "queries, documents and optional hard negatives",
+         options=qwen3.QWEN3.options),
+    Spec("LiTQwen3", qwen3.lit_qwen3_loss, qwen3.lit_qwen3_loss_with_stats, "§6",
+         {"query_features": "[batch, d], trained.", "doc_features": "[batch, d], locked.",
+          "hard_negatives": "optional [batch, k, d], locked."},
+         "queries (trained), documents and hard negatives (locked)",
+         "Only the queries are trained; documents and hard negatives are locked. No "
+         "``use_dd_negatives``.", options=qwen3.LIT_QWEN3.options),
+)
+
+CALL_DOC = """  tau_plus: per-call override of the constructor's prior: a float, or a
+    per-row ``[batch]`` array (inside ``shard_map``: this device's rows).
+  where: optional bool ``[batch]`` mask of the rows to keep (padding), as for the
+    functions."""
+
+
+def fill(text: str, indent: str = "  ") -> str:
+  """A generated docstring paragraph, wrapped and indented (continuation lines too)."""
+  return textwrap.fill(" ".join(text.split()), 88, initial_indent=indent,
+                       subsequent_indent=indent)
+
+
+# The loss options a Flax module holds (its temperature is a parameter, ``where`` is
+# per call), in signature order; a family's own follow.
+MODULE_OPTIONS = tuple(n for n in SHARED if n not in ("temperature", "where"))
+
+
+def module_doc(spec: Spec, call: str, stats: str, first: str = "") -> str:
+  """A Flax module's docstring head: what it is and how it is called (``call`` with
+  ``first`` and the arrays, ``stats`` for the ``(loss, stats)`` form)."""
+  head = fill(f":func:`memeff_jax.{spec.function}` with a learnable temperature "
+              f"(docs/math.md {spec.section}, §7.4).", "  ").lstrip()
+  about = f"\n\n{fill(spec.about)}" if spec.about else ""
+  arrays = ", ".join(a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays)
+  use = fill(f"{call}({first}{arrays}, tau_plus=None, where=None)``: the loss, a "
+             f"float32 scalar; {stats}: ``(loss, stats)``. A per-call ``tau_plus`` (a float "
+             f"or a per-row ``[batch]`` array) overrides the module's; ``where`` (a bool "
+             f"``[batch]`` mask) removes rows, as for the functions.")
+  return f"{head}{about}\n\n{use}\n"
+
+
+def module_options_doc(spec: Spec) -> str:
+  """The loss options' lines of a Flax module's ``Args:`` / ``Attributes:``."""
+  own = ""
+  if spec.options:
+    own = "\n" + fill(f"{', '.join(spec.options)}: the family's own options (same defaults "
+                       f"as the function).", "    ")
+  return f"""    max_logit_scale: upper bound on ``1 / t`` (t >= 1 / max_logit_scale), OpenCLIP's
+      clamp at 100 by default; None for no bound. The forward pass uses the clamped
+      value; above the bound the parameter only receives gradients that bring it back.
+{fill(", ".join(MODULE_OPTIONS) + f": the loss options, forwarded unchanged to "
+      f":func:`memeff_jax.{spec.function}` at every call (the Matryoshka ones only when "
+      f"set).", "    ")}{own}
+"""
+
+
+def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> Callable:
+  """The method ``owner.name(self, <spec's arrays>, *, tau_plus=None, where=None)``
+  (the family's array names, ``hard_negatives=None`` optional) returning ``body(self,
+  *arrays, tau_plus=..., where=...)``.
+
+  Written out and compiled, as ``dataclasses`` writes ``__init__``: a real signature,
+  so a bad call raises Python's own TypeError naming the method and the argument.
+  """
+  arrays = [a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays]
+  source = (f"def {name}(self, {', '.join(arrays)}, *, tau_plus=None, where=None):\n"
+            f"  return body(self, {', '.join(spec.arrays)}, tau_plus=tau_plus, "
+            f"where=where)\n")
+  namespace = {"body": body}
+  exec(source, namespace)   # pylint: disable=exec-used
+  method = namespace[name]
+  method.__qualname__ = f"{owner}.{name}"
+  method.__module__ = getattr(body, "func", body).__module__   # the wrapper's module
+  method.__doc__ = doc
+  method.__annotations__ = {
+      **{a: "ArrayLike | None" if a == "hard_negatives" else "ArrayLike" for a in spec.arrays},
+      "tau_plus": "ArrayLike | None", "where": "ArrayLike | None", "return": "jax.Array"}
+  return method
 
 
 def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, Any],
@@ -51,15 +170,16 @@ def initial_log_scale(temperature: float) -> float:
   return math.log(1.0 / temperature)
 
 
-def matryoshka_options(dims, weights) -> tuple:
-  """A module's ``(matryoshka_dims, matryoshka_weights)`` as tuples (None stays None),
-  checked at construction so that errors name them; the feature size is checked at
-  the call."""
-  if dims is not None:
-    dims = check_dims("matryoshka_dims", dims)
+def matryoshka_options(dims, weights, names=("matryoshka_dims", "matryoshka_weights"),
+                       required: bool = False) -> tuple:
+  """``(dims, weights)`` given at construction (a module's ``matryoshka_*`` options, a
+  class's ``dims`` / ``weights``: ``names``) as checked tuples, None staying None
+  unless ``required``; errors name them. The feature size is checked at the call."""
+  if dims is not None or required:
+    dims = check_dims(names[0], dims)
   if weights is not None:   # without dims the count is checked at the call
     k = len(dims) if dims is not None else getattr(weights, "__len__", lambda: 0)()
-    weights = check_weights("matryoshka_weights", weights, k)
+    weights = check_weights(names[1], weights, k)
   return dims, weights
 
 

@@ -32,6 +32,9 @@ relies on DDP averaging gradients over W ranks. Here every device returns the
 **global** loss, and ``jax.grad`` inside ``shard_map`` gives each device the local
 rows of the global loss's gradient, with no ``1 / W`` factor (docs/math.md §9).
 
+The classes are built from one spec per family (``_wrappers.SPECS``), their defaults
+from the options table (``_options``); their docstrings are generated.
+
 Example:
   >>> import jax
   >>> from memeff_jax import clip_loss
@@ -53,10 +56,9 @@ import jax
 from jax.typing import ArrayLike
 
 import memeff_jax
-from memeff_jax._validation import check_dims, check_weights
-from memeff_jax._wrappers import call_loss
-from memeff_jax.backends.registry import BackendName as Backend
-
+from memeff_jax._options import OPTIONS
+from memeff_jax._wrappers import (CALL_DOC, SPECS, Spec, call_loss, call_method, fill,
+                                  matryoshka_options)
 
 __all__ = [
     "DistributedMemoryEfficientCLIPLoss",
@@ -80,12 +82,17 @@ __all__ = [
     "StableMemoryEfficientLiTLoss",
 ]
 
+# memeff's constructor options (in this order), then the family's own; the rest of the
+# functions' options (lse_square_scale, axis_name, ...) are not memeff's.
+_OPTIONS = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
+            "backend")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class _Wrapper:
-  """Calls ``memeff_jax.<_function>`` with every dataclass field as a keyword."""
+  """Calls the family's loss with every dataclass field as a keyword."""
 
-  _function: ClassVar[str]
+  _spec: ClassVar[Spec]
   _fixed: ClassVar[dict[str, Any]] = {}
 
   def _call(self, *arrays, tau_plus, where=None) -> jax.Array:
@@ -95,31 +102,8 @@ class _Wrapper:
       opts["matryoshka_dims"] = opts.pop("dims")
       opts["matryoshka_weights"] = opts.pop("weights")
     opts.update(self._fixed)
-    # Looked up at call time: the package's public functions, whatever module holds them.
-    fn = getattr(memeff_jax, self._function)
-    return call_loss(fn, arrays, temperature=temperature, options=opts,
+    return call_loss(self._spec.loss, arrays, temperature=temperature, options=opts,
                      tau_plus=tau_plus, where=where)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Options(_Wrapper):
-  temperature: float = 0.07
-  normalized_inputs: bool = False
-  stable: bool = True
-  tau_plus: float = 0.0
-  label_smoothing: float = 0.0
-  backend: Backend = "auto"
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _LiTQwen3Options(_Options):
-  margin: float = 0.1
-  use_qq_negatives: bool = False
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Qwen3Options(_LiTQwen3Options):
-  use_dd_negatives: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -128,14 +112,11 @@ class _MatryoshkaOptions:
   weights: tuple[float, ...] | None = None
 
   def __post_init__(self):
-    _checked_dims(self)
-
-
-def _checked_dims(obj) -> None:
-  """A frozen dataclass's ``dims`` and ``weights`` as checked tuples (errors name them)."""
-  object.__setattr__(obj, "dims", check_dims("dims", obj.dims))
-  if obj.weights is not None:
-    object.__setattr__(obj, "weights", check_weights("weights", obj.weights, len(obj.dims)))
+    # Checked tuples (errors name dims / weights), as the frozen fields.
+    dims, weights = matryoshka_options(self.dims, self.weights, ("dims", "weights"),
+                                       required=True)
+    object.__setattr__(self, "dims", dims)
+    object.__setattr__(self, "weights", weights)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,134 +124,22 @@ class _DistributedOptions:
   axis_name: Hashable
 
 
-_TAU_DOC = """tau_plus: per-call override of the constructor's prior: a float, or a
-        per-row ``[batch]`` array (inside ``shard_map``: this device's rows).
-        Keyword-only here (memeff also takes it positionally).
-      where: optional bool ``[batch]`` mask of the rows to keep (padding), as for
-        the functions."""
+def _call_doc(spec: Spec) -> str:
+  arrays = "\n".join(f"  {a}: {doc}" for a, doc in spec.arrays.items())
+  return f"""The loss of {spec.what}: a float32 scalar.
+
+Args:
+{arrays}
+{CALL_DOC}"""
 
 
-# --- the four plain losses -----------------------------------------------------------------
+def _dataclass(name: str, bases: tuple, doc: str, fields=(), **namespace) -> type:
+  return dataclasses.make_dataclass(
+      name, fields, bases=bases, frozen=True, kw_only=True,
+      namespace=dict(namespace, __module__=__name__, __qualname__=name, __doc__=doc))
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientCLIPLoss(_Options):
-  """memeff's ``MemoryEfficientCLIPLoss``: :func:`memeff_jax.clip_loss` (docs/math.md §4).
-
-  Attributes:
-    temperature: softmax temperature (a float; for a learnable one call the function
-      with a traced array, or use ``memeff_jax.nnx.CLIPLoss``). Default 0.07.
-    normalized_inputs, stable, tau_plus, label_smoothing, backend: as for
-      :func:`memeff_jax.clip_loss`.
-  """
-
-  _function: ClassVar[str] = "clip_loss"
-
-  def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of image and text features: a float32 scalar.
-
-    Args:
-      image_features: [batch, d], the softmax rows.
-      text_features: [batch, d], the softmax columns.
-      {tau}
-    """
-    return self._call(image_features, text_features, tau_plus=tau_plus, where=where)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientLiTLoss(_Options):
-  """memeff's ``MemoryEfficientLiTLoss``: :func:`memeff_jax.lit_loss` (docs/math.md §5).
-
-  The first argument (text) is trained; the second (image) is locked and gets an
-  exact zero gradient (memeff: ``None``).
-
-  Attributes:
-    temperature, normalized_inputs, stable, tau_plus, label_smoothing, backend: as for
-      :func:`memeff_jax.lit_loss`.
-  """
-
-  _function: ClassVar[str] = "lit_loss"
-
-  def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of text (trained) and image (locked) features: a float32 scalar.
-
-    Args:
-      text_features: [batch, d], trained.
-      image_features: [batch, d], locked.
-      {tau}
-    """
-    return self._call(text_features, image_features, tau_plus=tau_plus, where=where)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientQwen3Loss(_Qwen3Options):
-  """memeff's ``MemoryEfficientQwen3Loss``: :func:`memeff_jax.qwen3_loss` (docs/math.md §6).
-
-  Attributes:
-    temperature, margin, use_qq_negatives, use_dd_negatives, normalized_inputs, stable,
-    tau_plus, label_smoothing, backend: as for :func:`memeff_jax.qwen3_loss`.
-  """
-
-  _function: ClassVar[str] = "qwen3_loss"
-
-  def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
-               hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of queries, documents and optional hard negatives: a float32 scalar.
-
-    Args:
-      query_features: [batch, d].
-      doc_features: [batch, d]; document i is query i's positive.
-      hard_negatives: optional [batch, k, d].
-      {tau}
-    """
-    return self._call(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientLiTQwen3Loss(_LiTQwen3Options):
-  """memeff's ``MemoryEfficientLiTQwen3Loss``: :func:`memeff_jax.lit_qwen3_loss`
-  (docs/math.md §6).
-
-  Only the queries are trained; documents and hard negatives are locked. No
-  ``use_dd_negatives``.
-
-  Attributes:
-    temperature, margin, use_qq_negatives, normalized_inputs, stable, tau_plus,
-    label_smoothing, backend: as for :func:`memeff_jax.lit_qwen3_loss`.
-  """
-
-  _function: ClassVar[str] = "lit_qwen3_loss"
-
-  def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
-               hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of queries (trained), documents and hard negatives (locked): a float32
-    scalar.
-
-    Args:
-      query_features: [batch, d], trained.
-      doc_features: [batch, d], locked.
-      hard_negatives: optional [batch, k, d], locked.
-      {tau}
-    """
-    return self._call(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
-
-
-for _cls in (MemoryEfficientCLIPLoss, MemoryEfficientLiTLoss, MemoryEfficientQwen3Loss,
-             MemoryEfficientLiTQwen3Loss):
-  _cls.__call__.__doc__ = _cls.__call__.__doc__.replace("{tau}", _TAU_DOC)
-
-
-# --- fused Matryoshka ------------------------------------------------------------------------
-
-_MRL_ATTRS = """
+_MRL_DOC = """
   How it runs is the function's default: on a GPU, one plain block per dim
   (``KernelConfig.matryoshka_per_dim``; 16-bit inputs, and fp32 up to a padded feature
   size of 256), else one block whose feature pass serves every dim. Same loss.
@@ -283,44 +152,7 @@ _MRL_ATTRS = """
     The other options: as for the plain class.
 """
 
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientMatryoshkaCLIPLoss(_MatryoshkaOptions, MemoryEfficientCLIPLoss):
-  """memeff's fused ``MemoryEfficientMatryoshkaCLIPLoss``: :func:`memeff_jax.clip_loss`
-  with ``matryoshka_dims=dims, matryoshka_weights=weights`` (docs/math.md §8.1).
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientMatryoshkaLiTLoss(_MatryoshkaOptions, MemoryEfficientLiTLoss):
-  """memeff's fused ``MemoryEfficientMatryoshkaLiTLoss``: :func:`memeff_jax.lit_loss`
-  with ``matryoshka_dims=dims, matryoshka_weights=weights`` (docs/math.md §8.1).
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientMatryoshkaQwen3Loss(_MatryoshkaOptions, MemoryEfficientQwen3Loss):
-  """memeff's fused ``MemoryEfficientMatryoshkaQwen3Loss``: :func:`memeff_jax.qwen3_loss`
-  with ``matryoshka_dims=dims, matryoshka_weights=weights`` (docs/math.md §8.1).
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class MemoryEfficientMatryoshkaLiTQwen3Loss(_MatryoshkaOptions, MemoryEfficientLiTQwen3Loss):
-  """memeff's fused ``MemoryEfficientMatryoshkaLiTQwen3Loss``:
-  :func:`memeff_jax.lit_qwen3_loss` with ``matryoshka_dims=dims,
-  matryoshka_weights=weights`` (docs/math.md §8.1).
-  """
-
-
-for _cls in (MemoryEfficientMatryoshkaCLIPLoss, MemoryEfficientMatryoshkaLiTLoss,
-             MemoryEfficientMatryoshkaQwen3Loss, MemoryEfficientMatryoshkaLiTQwen3Loss):
-  _cls.__doc__ += _MRL_ATTRS
-
-
-# --- Distributed*: the same losses over a shard_map axis -------------------------------------
-
-_DIST_ATTRS = """
+_DIST_DOC = """
   Call it inside ``jax.shard_map`` with this device's contiguous shard of every array
   (hard negatives and per-row ``tau_plus`` stay with their query). Unlike memeff's
   per-rank share, every device gets the **global** loss; gradients are the local
@@ -333,78 +165,44 @@ _DIST_ATTRS = """
 """
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientCLIPLoss(_DistributedOptions, MemoryEfficientCLIPLoss):
-  """memeff's ``DistributedMemoryEfficientCLIPLoss``: :func:`memeff_jax.clip_loss`
-  with ``axis_name=``.
-  """
+def _family(spec: Spec) -> tuple[type, type, type, type]:
+  """A family's four classes: plain, fused Matryoshka, and their Distributed twins."""
+  fn, names = spec.function, _OPTIONS + spec.options
+  plain_name = f"MemoryEfficient{spec.tag}Loss"
+  about = f"\n\n{fill(spec.about)}" if spec.about else ""
+  plain = _dataclass(
+      plain_name, (_Wrapper,),
+      fill(f"memeff's ``{plain_name}``: :func:`memeff_jax.{fn}` (docs/math.md "
+           f"{spec.section}).").lstrip() + about + "\n\n  Attributes:\n" +
+      fill(f"{', '.join(names)}: as for :func:`memeff_jax.{fn}` (a float temperature; "
+           f"for a learnable one call the function with a traced array, or use "
+           f"``memeff_jax.nnx.{spec.tag}Loss``).", "    ") + "\n",
+      [(n, OPTIONS[n].type, dataclasses.field(default=OPTIONS[n].default)) for n in names],
+      _spec=spec, __call__=call_method(spec, _Wrapper._call, "__call__", _call_doc(spec),
+                                       plain_name))
+  mrl_name = f"MemoryEfficientMatryoshka{spec.tag}Loss"
+  mrl = _dataclass(mrl_name, (_MatryoshkaOptions, plain), fill(
+      f"memeff's fused ``{mrl_name}``: :func:`memeff_jax.{fn}` with "
+      f"``matryoshka_dims=dims, matryoshka_weights=weights`` (docs/math.md §8.1).").lstrip()
+      + "\n" + _MRL_DOC)
+  dist = [_dataclass(f"Distributed{c.__name__}", (_DistributedOptions, c), fill(
+      f"memeff's ``Distributed{c.__name__}``: :func:`memeff_jax.{fn}` with " +
+      ("``matryoshka_dims=``, ``matryoshka_weights=`` and " if c is mrl else "") +
+      "``axis_name=``.").lstrip() + "\n" + _DIST_DOC) for c in (plain, mrl)]
+  return plain, mrl, dist[0], dist[1]
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientLiTLoss(_DistributedOptions, MemoryEfficientLiTLoss):
-  """memeff's ``DistributedMemoryEfficientLiTLoss``: :func:`memeff_jax.lit_loss` with
-  ``axis_name=``.
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientQwen3Loss(_DistributedOptions, MemoryEfficientQwen3Loss):
-  """memeff's ``DistributedMemoryEfficientQwen3Loss``: :func:`memeff_jax.qwen3_loss`
-  with ``axis_name=``.
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientLiTQwen3Loss(_DistributedOptions,
-                                             MemoryEfficientLiTQwen3Loss):
-  """memeff's ``DistributedMemoryEfficientLiTQwen3Loss``:
-  :func:`memeff_jax.lit_qwen3_loss` with ``axis_name=``.
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientMatryoshkaCLIPLoss(_DistributedOptions,
-                                                   MemoryEfficientMatryoshkaCLIPLoss):
-  """memeff's ``DistributedMemoryEfficientMatryoshkaCLIPLoss``:
-  :func:`memeff_jax.clip_loss` with ``matryoshka_dims=``, ``matryoshka_weights=`` and
-  ``axis_name=``.
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientMatryoshkaLiTLoss(_DistributedOptions,
-                                                  MemoryEfficientMatryoshkaLiTLoss):
-  """memeff's ``DistributedMemoryEfficientMatryoshkaLiTLoss``:
-  :func:`memeff_jax.lit_loss` with ``matryoshka_dims=``, ``matryoshka_weights=`` and
-  ``axis_name=``.
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientMatryoshkaQwen3Loss(_DistributedOptions,
-                                                    MemoryEfficientMatryoshkaQwen3Loss):
-  """memeff's ``DistributedMemoryEfficientMatryoshkaQwen3Loss``:
-  :func:`memeff_jax.qwen3_loss` with ``matryoshka_dims=``, ``matryoshka_weights=`` and
-  ``axis_name=``.
-  """
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DistributedMemoryEfficientMatryoshkaLiTQwen3Loss(
-    _DistributedOptions, MemoryEfficientMatryoshkaLiTQwen3Loss):
-  """memeff's ``DistributedMemoryEfficientMatryoshkaLiTQwen3Loss``:
-  :func:`memeff_jax.lit_qwen3_loss` with ``matryoshka_dims=``,
-  ``matryoshka_weights=`` and ``axis_name=``.
-  """
-
-
-for _cls in (DistributedMemoryEfficientCLIPLoss, DistributedMemoryEfficientLiTLoss,
-             DistributedMemoryEfficientQwen3Loss, DistributedMemoryEfficientLiTQwen3Loss,
-             DistributedMemoryEfficientMatryoshkaCLIPLoss,
-             DistributedMemoryEfficientMatryoshkaLiTLoss,
-             DistributedMemoryEfficientMatryoshkaQwen3Loss,
-             DistributedMemoryEfficientMatryoshkaLiTQwen3Loss):
-  _cls.__doc__ += _DIST_ATTRS
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS
+(MemoryEfficientCLIPLoss, MemoryEfficientMatryoshkaCLIPLoss, DistributedMemoryEfficientCLIPLoss,
+ DistributedMemoryEfficientMatryoshkaCLIPLoss) = _family(_CLIP)
+(MemoryEfficientLiTLoss, MemoryEfficientMatryoshkaLiTLoss, DistributedMemoryEfficientLiTLoss,
+ DistributedMemoryEfficientMatryoshkaLiTLoss) = _family(_LIT)
+(MemoryEfficientQwen3Loss, MemoryEfficientMatryoshkaQwen3Loss,
+ DistributedMemoryEfficientQwen3Loss,
+ DistributedMemoryEfficientMatryoshkaQwen3Loss) = _family(_QWEN3)
+(MemoryEfficientLiTQwen3Loss, MemoryEfficientMatryoshkaLiTQwen3Loss,
+ DistributedMemoryEfficientLiTQwen3Loss,
+ DistributedMemoryEfficientMatryoshkaLiTQwen3Loss) = _family(_LIT_QWEN3)
 
 
 # --- the eager wrapper -----------------------------------------------------------------------
@@ -439,7 +237,7 @@ class MatryoshkaLoss:
   weights: tuple[float, ...] | None = None
 
   def __post_init__(self):
-    _checked_dims(self)
+    _MatryoshkaOptions.__post_init__(self)
     # Checks the base loss (normalized_inputs=True raises, a field or a partial's keyword).
     memeff_jax.matryoshka(self.base_loss, self.dims, weights=self.weights)
 
@@ -467,21 +265,18 @@ class StableMemoryEfficientCLIPLoss(_Wrapper):
   :class:`MemoryEfficientCLIPLoss`.
   """
 
-  temperature: float = 0.07
-  normalized_inputs: bool = False
-  backend: Backend = "auto"
+  temperature: float = OPTIONS["temperature"].default
+  normalized_inputs: bool = OPTIONS["normalized_inputs"].default
+  backend: OPTIONS["backend"].type = OPTIONS["backend"].default
 
-  _function: ClassVar[str] = "clip_loss"
+  _spec: ClassVar[Spec] = _CLIP
   _fixed: ClassVar[dict[str, Any]] = {"stable": True}
+  __call__ = call_method(_CLIP, _Wrapper._call, "__call__",
+                         "As :meth:`MemoryEfficientCLIPLoss.__call__`.",
+                         "StableMemoryEfficientCLIPLoss")
 
   def __post_init__(self):
     _warn_deprecated("StableMemoryEfficientCLIPLoss", "MemoryEfficientCLIPLoss")
-
-  def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """As :meth:`MemoryEfficientCLIPLoss.__call__`."""
-    return self._call(image_features, text_features, tau_plus=tau_plus, where=where)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -492,18 +287,15 @@ class StableMemoryEfficientLiTLoss(_Wrapper):
   ``normalized_inputs`` (and ``backend``); use :class:`MemoryEfficientLiTLoss`.
   """
 
-  temperature: float = 0.07
-  normalized_inputs: bool = False
-  backend: Backend = "auto"
+  temperature: float = OPTIONS["temperature"].default
+  normalized_inputs: bool = OPTIONS["normalized_inputs"].default
+  backend: OPTIONS["backend"].type = OPTIONS["backend"].default
 
-  _function: ClassVar[str] = "lit_loss"
+  _spec: ClassVar[Spec] = _LIT
   _fixed: ClassVar[dict[str, Any]] = {"stable": True}
+  __call__ = call_method(_LIT, _Wrapper._call, "__call__",
+                         "As :meth:`MemoryEfficientLiTLoss.__call__`.",
+                         "StableMemoryEfficientLiTLoss")
 
   def __post_init__(self):
     _warn_deprecated("StableMemoryEfficientLiTLoss", "MemoryEfficientLiTLoss")
-
-  def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """As :meth:`MemoryEfficientLiTLoss.__call__`."""
-    return self._call(text_features, image_features, tau_plus=tau_plus, where=where)

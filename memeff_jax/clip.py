@@ -51,7 +51,7 @@ log-sum-exp statistics. Every backend is deterministic.
 
 Gradient differences from ``jax.grad(reference.clip_loss)``: none beyond ``stable``.
 
-""" + _docs.RAISES + """
+""" + _docs.raises(clip_loss_with_stats) + """
 
 References:
   Radford et al., `Learning Transferable Visual Models From Natural Language

@@ -62,28 +62,22 @@ the chunks: towers with BatchNorm belong in :func:`memeff_jax.nnx.grad_cache`::
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Any, Hashable
+import functools
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.typing import ArrayLike
 
-import memeff_jax
+from memeff_jax._options import OPTIONS
 from memeff_jax._validation import check_flag
-from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
-                                  initial_log_scale, matryoshka_options,
+from memeff_jax._wrappers import (MAX_LOGIT_SCALE, MODULE_OPTIONS, SPECS, Spec, call_loss,
+                                  call_method, check_max_logit_scale, initial_log_scale,
+                                  matryoshka_options, module_doc, module_options_doc,
                                   temperature_from_log_scale)
-from memeff_jax.backends.registry import BackendName as Backend
-from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import grad_cache
 
-
 __all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
-
-# Attributes that are not loss options (Linen's own, and the temperature's).
-_NOT_OPTIONS = frozenset({"parent", "name", "temperature", "learnable", "max_logit_scale"})
 
 _ATTRS_DOC = """
   Attributes:
@@ -91,38 +85,33 @@ _ATTRS_DOC = """
       Python float > 0. Default 0.07 (CLIP's init).
     learnable: declare ``logit_scale = log(1 / t)`` as a parameter (collection
       ``"params"``). False uses a constant instead: no parameter, no gradient.
-    max_logit_scale: upper bound on ``1 / t`` (t >= 1 / max_logit_scale), OpenCLIP's
-      clamp at 100 by default; None for no bound. The forward pass uses the clamped
-      value; above the bound the parameter only receives gradients that bring it back.
-    normalized_inputs, stable, tau_plus, label_smoothing, lse_square_scale,
-    matryoshka_dims, matryoshka_weights, axis_name, backend, deterministic, config:
-      the loss options, forwarded unchanged to :func:`memeff_jax.{fn}` at every call
-      (the Matryoshka ones only when set).{extra}
 """
 
-_QWEN3_EXTRA = """
-    margin, use_qq_negatives{dd}: the Qwen3 options (same defaults as the function)."""
+
+def _fields(names) -> dict:
+  """A Linen class body's loss-option attributes: annotations and the table's defaults."""
+  return dict(__annotations__={n: OPTIONS[n].type for n in names},
+              **{n: OPTIONS[n].default for n in names})
 
 
-class _LossModule(nn.Module):
-  """A loss function and its learnable log-scale; the families differ in their arrays."""
+class _Temperature(nn.Module):
+  """The temperature's attributes (the first fields); ``_LossModule`` adds the options."""
 
-  temperature: float = 0.07
+  temperature: float = OPTIONS["temperature"].default
   learnable: bool = True
   max_logit_scale: float | None = MAX_LOGIT_SCALE
-  normalized_inputs: bool = False
-  stable: bool = True
-  tau_plus: float = 0.0
-  label_smoothing: float = 0.0
-  lse_square_scale: float = 0.0
-  matryoshka_dims: tuple[int, ...] | None = None
-  matryoshka_weights: tuple[float, ...] | None = None
-  axis_name: Hashable | None = None
-  backend: Backend = "auto"
-  deterministic: bool = False
-  config: KernelConfig | None = None
 
-  _function = ""   # not annotated: a class constant, not a dataclass field
+
+# The loss options, as the next fields.
+_Options = type(_Temperature)("_Options", (_Temperature,),
+                              dict(_fields(MODULE_OPTIONS), __module__=__name__))
+
+
+class _LossModule(_Options):
+  """A loss function and its learnable log-scale; the families differ in their arrays
+  (``_spec``) and own options."""
+
+  _spec = None   # not annotated: a class constant, not a dataclass field
 
   def __post_init__(self):
     # Bad values raise at construction, as in the NNX modules, not at the first apply.
@@ -147,104 +136,30 @@ class _LossModule(nn.Module):
   def _stats(self, *arrays, tau_plus, where=None, stats=True) -> Any:
     """``(loss, stats)``, or (``stats=False``) the loss alone: the loss function,
     which skips the in-batch accuracy's work."""
-    fn = getattr(memeff_jax, self._function + ("_with_stats" if stats else ""))
-    options = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in _NOT_OPTIONS}
+    fn = self._spec.with_stats if stats else self._spec.loss
+    options = {name: getattr(self, name) for name in MODULE_OPTIONS + self._spec.options}
     return call_loss(fn, arrays, temperature=self.current_temperature(), options=options,
                      tau_plus=tau_plus, where=where)
 
 
-class CLIPLoss(_LossModule):
-  """:func:`memeff_jax.clip_loss` with a learnable temperature (docs/math.md §4, §7.4).
-
-  ``apply(variables, image_features, text_features, tau_plus=None, where=None)``: the loss, a
-  float32 scalar; ``method="with_stats"``: ``(loss, stats)``. A per-call ``tau_plus``
-  (a float or a per-row ``[batch]`` array) overrides the attribute; ``where`` (a bool
-  ``[batch]`` mask) removes rows, as for the functions.
-  """
-
-  _function = "clip_loss"
-
-  def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of ``[batch, d]`` image and text features: a float32 scalar."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where, stats=False)
-
-  def with_stats(self, image_features: ArrayLike, text_features: ArrayLike, *,
-                 tau_plus: ArrayLike | None = None,
-                 where: ArrayLike | None = None):
-    """``(loss, stats)`` as :func:`memeff_jax.clip_loss_with_stats` returns them."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where)
+def _module(spec: Spec) -> type:
+  """The Linen module of one family: ``apply(variables, arrays)`` and
+  ``method="with_stats"``; the family's own options are its last fields."""
+  doc = (module_doc(spec, "``apply", '``method="with_stats"``', "variables, ") + _ATTRS_DOC +
+         module_options_doc(spec))
+  name = f"{spec.tag}Loss"
+  call = call_method(spec, functools.partial(_LossModule._stats, stats=False), "__call__",
+                     f"The loss of {spec.what}: a float32 scalar.", name)
+  with_stats = call_method(spec, _LossModule._stats, "with_stats", f"``(loss, stats)`` as "
+                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", name)
+  # Through Linen's metaclass, with the methods in the body: Linen wraps them there.
+  return type(_LossModule)(name, (_LossModule,), dict(
+      _fields(spec.options), __module__=__name__, __qualname__=name,
+      __doc__=doc, _spec=spec, __call__=call, with_stats=with_stats))
 
 
-class LiTLoss(_LossModule):
-  """:func:`memeff_jax.lit_loss` with a learnable temperature (docs/math.md §5, §7.4).
-
-  ``apply(variables, text_features, image_features, tau_plus=None, where=None)``: the text tower
-  (first) is trained, the image tower locked. ``method="with_stats"``: ``(loss, stats)``.
-  """
-
-  _function = "lit_loss"
-
-  def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of ``[batch, d]`` text (trained) and image (locked) features."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where, stats=False)
-
-  def with_stats(self, text_features: ArrayLike, image_features: ArrayLike, *,
-                 tau_plus: ArrayLike | None = None,
-                 where: ArrayLike | None = None):
-    """``(loss, stats)`` as :func:`memeff_jax.lit_loss_with_stats` returns them."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where)
-
-
-class _Qwen3Module(_LossModule):
-  margin: float = 0.1
-  use_qq_negatives: bool = False
-
-  def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
-               hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of ``[batch, d]`` queries and documents and optional ``[batch, k, d]``
-    hard negatives: a float32 scalar."""
-    return self._stats(query_features, doc_features, hard_negatives,
-                       tau_plus=tau_plus, where=where, stats=False)
-
-  def with_stats(self, query_features: ArrayLike, doc_features: ArrayLike,
-                 hard_negatives: ArrayLike | None = None, *,
-                 tau_plus: ArrayLike | None = None,
-                 where: ArrayLike | None = None):
-    """``(loss, stats)`` as the ``*_with_stats`` function returns them."""
-    return self._stats(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
-
-
-class Qwen3Loss(_Qwen3Module):
-  """:func:`memeff_jax.qwen3_loss` with a learnable temperature (docs/math.md §6, §7.4).
-
-  ``apply(variables, query_features, doc_features, hard_negatives=None,
-  tau_plus=None, where=None)``; ``method="with_stats"``: ``(loss, stats)``.
-  """
-
-  use_dd_negatives: bool = False
-
-  _function = "qwen3_loss"
-
-
-class LiTQwen3Loss(_Qwen3Module):
-  """:func:`memeff_jax.lit_qwen3_loss` with a learnable temperature (docs/math.md §6,
-  §7.4): the queries are trained, documents and hard negatives locked.
-
-  ``apply(variables, query_features, doc_features, hard_negatives=None,
-  tau_plus=None, where=None)``; ``method="with_stats"``: ``(loss, stats)``.
-  """
-
-  _function = "lit_qwen3_loss"
-
-
-for _cls, _extra in ((CLIPLoss, ""), (LiTLoss, ""),
-                     (Qwen3Loss, _QWEN3_EXTRA.format(dd=", use_dd_negatives")),
-                     (LiTQwen3Loss, _QWEN3_EXTRA.format(dd=""))):
-  _cls.__doc__ += _ATTRS_DOC.format(fn=_cls._function, extra=_extra)
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS
+CLIPLoss = _module(_CLIP)
+LiTLoss = _module(_LIT)
+Qwen3Loss = _module(_QWEN3)
+LiTQwen3Loss = _module(_LIT_QWEN3)

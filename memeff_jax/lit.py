@@ -51,7 +51,7 @@ softmax direction: N = B - 1 negatives, C = B candidates.
 Gradient differences from ``jax.grad(reference.lit_loss)``: none beyond ``stable``
 (the reference locks the image tower the same way).
 
-""" + _docs.RAISES + """
+""" + _docs.raises(lit_loss_with_stats) + """
 
 References:
   Zhai et al., `LiT: Zero-Shot Transfer with Locked-image text Tuning

@@ -32,22 +32,21 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Hashable, Sequence
+import inspect
+import functools
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.typing import ArrayLike
 
-import memeff_jax
+from memeff_jax._options import OPTIONS
 from memeff_jax._validation import check_flag
-from memeff_jax._wrappers import (MAX_LOGIT_SCALE, call_loss, check_max_logit_scale,
-                                  initial_log_scale, matryoshka_options,
+from memeff_jax._wrappers import (MAX_LOGIT_SCALE, MODULE_OPTIONS, SPECS, Spec, call_loss,
+                                  call_method, check_max_logit_scale, initial_log_scale,
+                                  matryoshka_options, module_doc, module_options_doc,
                                   temperature_from_log_scale)
-from memeff_jax.backends.registry import BackendName as Backend
-from memeff_jax.config import KernelConfig
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
-
 
 __all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
 
@@ -58,52 +57,34 @@ _INIT_DOC = """
     learnable: keep ``logit_scale = log(1 / t)`` as an ``nnx.Param`` (trained by
       ``nnx.Optimizer(..., wrt=nnx.Param)``). False stores it as a plain
       ``nnx.Variable``: no gradient, never updated.
-    max_logit_scale: upper bound on ``1 / t`` (t >= 1 / max_logit_scale), OpenCLIP's
-      clamp at 100 by default; None for no bound. The forward pass uses the clamped
-      value; above the bound the parameter only receives gradients that bring it back.
-    normalized_inputs, stable, tau_plus, label_smoothing, lse_square_scale,
-    matryoshka_dims, matryoshka_weights, axis_name, backend, deterministic, config:
-      the loss options, forwarded unchanged to :func:`memeff_jax.{fn}` at every call
-      (the Matryoshka ones only when set).{extra}
 """
-
-_QWEN3_EXTRA = """
-    margin, use_qq_negatives{dd}: the Qwen3 options (same defaults as the function)."""
 
 
 class _LossModule(nnx.Module):
-  """A loss function and its learnable log-scale; the families differ in their arrays."""
+  """A loss function and its learnable log-scale; the families differ in their arrays
+  (``_spec``) and own options."""
 
-  _function: str = ""
-  _options: tuple[str, ...] = ("normalized_inputs", "stable", "tau_plus", "label_smoothing",
-                               "lse_square_scale", "matryoshka_dims", "matryoshka_weights",
-                               "axis_name", "backend", "deterministic", "config")
+  _spec: Spec
 
-  def __init__(self, *, temperature: float = 0.07, learnable: bool = True,
-               max_logit_scale: float | None = MAX_LOGIT_SCALE,
-               normalized_inputs: bool = False, stable: bool = True,
-               tau_plus: float = 0.0, label_smoothing: float = 0.0,
-               lse_square_scale: float = 0.0,
-               matryoshka_dims: Sequence[int] | None = None,
-               matryoshka_weights: Sequence[float] | None = None,
-               axis_name: Hashable | None = None, backend: Backend = "auto",
-               deterministic: bool = False, config: KernelConfig | None = None):
+  def __init__(self, *, temperature: float = OPTIONS["temperature"].default,
+               learnable: bool = True, max_logit_scale: float | None = MAX_LOGIT_SCALE,
+               **options):
+    # The loss options: the table's defaults, and only the family's (as a signature would).
+    names = MODULE_OPTIONS + self._spec.options
+    for name in options:
+      if name not in names:
+        raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
+                        f"argument {name!r}")
     check_flag("learnable", learnable)
     log_scale = jnp.asarray(initial_log_scale(temperature), jnp.float32)
     self.logit_scale = nnx.Param(log_scale) if learnable else nnx.Variable(log_scale)
     self.learnable = bool(learnable)
     self.max_logit_scale = check_max_logit_scale(max_logit_scale)
-    self.normalized_inputs = normalized_inputs
-    self.stable = stable
-    self.tau_plus = tau_plus
-    self.label_smoothing = label_smoothing
-    self.lse_square_scale = lse_square_scale
-    self.matryoshka_dims, self.matryoshka_weights = matryoshka_options(matryoshka_dims,
-                                                                       matryoshka_weights)
-    self.axis_name = axis_name
-    self.backend = backend
-    self.deterministic = deterministic
-    self.config = config
+    options = {name: options.get(name, OPTIONS[name].default) for name in names}
+    options["matryoshka_dims"], options["matryoshka_weights"] = matryoshka_options(
+        options["matryoshka_dims"], options["matryoshka_weights"])
+    for name, value in options.items():
+      setattr(self, name, value)
 
   def current_temperature(self) -> jax.Array:
     """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
@@ -112,116 +93,45 @@ class _LossModule(nnx.Module):
   def _stats(self, *arrays, tau_plus, where=None, stats=True) -> Any:
     """``(loss, stats)``, or (``stats=False``) the loss alone: the loss function,
     which skips the in-batch accuracy's work."""
-    fn = getattr(memeff_jax, self._function + ("_with_stats" if stats else ""))
-    options = {name: getattr(self, name) for name in self._options}
+    fn = self._spec.with_stats if stats else self._spec.loss
+    options = {name: getattr(self, name) for name in MODULE_OPTIONS + self._spec.options}
     return call_loss(fn, arrays, temperature=self.current_temperature(), options=options,
                      tau_plus=tau_plus, where=where)
 
 
-class CLIPLoss(_LossModule):
-  """:func:`memeff_jax.clip_loss` with a learnable temperature (docs/math.md §4, §7.4).
+def _module(spec: Spec) -> type:
+  """The NNX module of one family: ``module(arrays)`` and ``module.with_stats(arrays)``."""
+  doc = (module_doc(spec, "Call it as ``module", "``module.with_stats(...)``") + _INIT_DOC +
+         module_options_doc(spec))
+  name = f"{spec.tag}Loss"
+  call = call_method(spec, functools.partial(_LossModule._stats, stats=False), "__call__",
+                     f"The loss of {spec.what}: a float32 scalar.", name)
+  with_stats = call_method(spec, _LossModule._stats, "with_stats", f"``(loss, stats)`` as "
+                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", name)
 
-  Call it as ``module(image_features, text_features, tau_plus=None, where=None)``: the loss, a
-  float32 scalar; ``module.with_stats(...)`` returns ``(loss, stats)``. A per-call
-  ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides the constructor's;
-  ``where`` (a bool ``[batch]`` mask) removes rows, as for the functions.
-  """
+  def __init__(self, **options):
+    _LossModule.__init__(self, **options)
 
-  _function = "clip_loss"
-
-  def __call__(self, image_features: ArrayLike, text_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of ``[batch, d]`` image and text features: a float32 scalar."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where, stats=False)
-
-  def with_stats(self, image_features: ArrayLike, text_features: ArrayLike, *,
-                 tau_plus: ArrayLike | None = None,
-                 where: ArrayLike | None = None):
-    """``(loss, stats)`` as :func:`memeff_jax.clip_loss_with_stats` returns them."""
-    return self._stats(image_features, text_features, tau_plus=tau_plus, where=where)
-
-
-class LiTLoss(_LossModule):
-  """:func:`memeff_jax.lit_loss` with a learnable temperature (docs/math.md §5, §7.4).
-
-  ``module(text_features, image_features, tau_plus=None, where=None)``: the text tower (first)
-  is trained, the image tower locked. ``module.with_stats(...)``: ``(loss, stats)``.
-  """
-
-  _function = "lit_loss"
-
-  def __call__(self, text_features: ArrayLike, image_features: ArrayLike, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of ``[batch, d]`` text (trained) and image (locked) features."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where, stats=False)
-
-  def with_stats(self, text_features: ArrayLike, image_features: ArrayLike, *,
-                 tau_plus: ArrayLike | None = None,
-                 where: ArrayLike | None = None):
-    """``(loss, stats)`` as :func:`memeff_jax.lit_loss_with_stats` returns them."""
-    return self._stats(text_features, image_features, tau_plus=tau_plus, where=where)
+  # The constructor's signature, for help() and inspect: the table's defaults.
+  P = inspect.Parameter
+  __init__.__signature__ = inspect.Signature(
+      [P("self", P.POSITIONAL_OR_KEYWORD)] +
+      [P(n, P.KEYWORD_ONLY, default=d) for n, d in (
+          ("temperature", OPTIONS["temperature"].default), ("learnable", True),
+          ("max_logit_scale", MAX_LOGIT_SCALE))] +
+      [P(n, P.KEYWORD_ONLY, default=OPTIONS[n].default)
+       for n in MODULE_OPTIONS + spec.options])
+  # The metaclass of nnx.Module builds the class (a plain type() would skip its __init__).
+  return type(_LossModule)(name, (_LossModule,), dict(
+      __module__=__name__, __qualname__=name, __doc__=doc, _spec=spec,
+      __init__=__init__, __call__=call, with_stats=with_stats))
 
 
-class _Qwen3Module(_LossModule):
-
-  def __call__(self, query_features: ArrayLike, doc_features: ArrayLike,
-               hard_negatives: ArrayLike | None = None, *,
-               tau_plus: ArrayLike | None = None,
-               where: ArrayLike | None = None) -> jax.Array:
-    """The loss of ``[batch, d]`` queries and documents and optional ``[batch, k, d]``
-    hard negatives: a float32 scalar."""
-    return self._stats(query_features, doc_features, hard_negatives,
-                       tau_plus=tau_plus, where=where, stats=False)
-
-  def with_stats(self, query_features: ArrayLike, doc_features: ArrayLike,
-                 hard_negatives: ArrayLike | None = None, *,
-                 tau_plus: ArrayLike | None = None,
-                 where: ArrayLike | None = None):
-    """``(loss, stats)`` as the ``*_with_stats`` function returns them."""
-    return self._stats(query_features, doc_features, hard_negatives, tau_plus=tau_plus, where=where)
-
-
-class Qwen3Loss(_Qwen3Module):
-  """:func:`memeff_jax.qwen3_loss` with a learnable temperature (docs/math.md §6, §7.4).
-
-  ``module(query_features, doc_features, hard_negatives=None, tau_plus=None, where=None)``;
-  ``module.with_stats(...)``: ``(loss, stats)``.
-  """
-
-  _function = "qwen3_loss"
-  _options = _LossModule._options + ("margin", "use_qq_negatives", "use_dd_negatives")
-
-  def __init__(self, *, margin: float = 0.1, use_qq_negatives: bool = False,
-               use_dd_negatives: bool = False, **options):
-    super().__init__(**options)
-    self.margin = margin
-    self.use_qq_negatives = use_qq_negatives
-    self.use_dd_negatives = use_dd_negatives
-
-
-class LiTQwen3Loss(_Qwen3Module):
-  """:func:`memeff_jax.lit_qwen3_loss` with a learnable temperature (docs/math.md §6,
-  §7.4): the queries are trained, documents and hard negatives locked.
-
-  ``module(query_features, doc_features, hard_negatives=None, tau_plus=None, where=None)``;
-  ``module.with_stats(...)``: ``(loss, stats)``.
-  """
-
-  _function = "lit_qwen3_loss"
-  _options = _LossModule._options + ("margin", "use_qq_negatives")
-
-  def __init__(self, *, margin: float = 0.1, use_qq_negatives: bool = False, **options):
-    super().__init__(**options)
-    self.margin = margin
-    self.use_qq_negatives = use_qq_negatives
-
-
-for _cls, _extra in ((CLIPLoss, ""), (LiTLoss, ""),
-                     (Qwen3Loss, _QWEN3_EXTRA.format(dd=", use_dd_negatives")),
-                     (LiTQwen3Loss, _QWEN3_EXTRA.format(dd=""))):
-  _cls.__doc__ += _INIT_DOC.format(fn=_cls._function, extra=_extra)
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS
+CLIPLoss = _module(_CLIP)
+LiTLoss = _module(_LIT)
+Qwen3Loss = _module(_QWEN3)
+LiTQwen3Loss = _module(_LIT_QWEN3)
 
 
 def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,

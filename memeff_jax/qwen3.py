@@ -12,7 +12,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.typing import ArrayLike
 
-from memeff_jax import _chain, _docs, _validation, reference
+from memeff_jax import _chain, _docs, reference
 from memeff_jax._terms import MARGIN_TIE, ContrastiveStats, masked_lse
 from memeff_jax._validation import Backend
 from memeff_jax.config import KernelConfig
@@ -61,21 +61,14 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
   return _chain.Head([lse_neg], [max_neg], pos, n_neg, cross)
 
 
-def _validate(*, margin, **flags):
-  for name, v in flags.items():
-    _validation.check_flag(name, v)
-  return dict(margin=_validation.check_range("margin", margin, 0.0, None), **flags)
-
-
 _ARRAYS = ("query_features", "doc_features", "hard_negatives")
 QWEN3 = _chain.Family(name="qwen3_loss", arrays=_ARRAYS, locked=(), head=_head,
                       reference=reference.qwen3_loss_with_stats,
-                      options=("margin", "use_qq_negatives", "use_dd_negatives"),
-                      validate=_validate)
+                      options=("margin", "use_qq_negatives", "use_dd_negatives"))
 LIT_QWEN3 = _chain.Family(name="lit_qwen3_loss", arrays=_ARRAYS, locked=(1, 2),
                           head=functools.partial(_head, use_dd_negatives=False),
                           reference=reference.lit_qwen3_loss_with_stats,
-                          options=("margin", "use_qq_negatives"), validate=_validate)
+                          options=("margin", "use_qq_negatives"))
 
 
 def qwen3_loss_with_stats(
@@ -121,7 +114,7 @@ _TAIL = """
 Gradient differences from ``jax.grad(reference.{name})``: none beyond ``stable``; the
 mask and its threshold carry no gradient in both.
 
-""" + _docs.RAISES + """
+{raises}
 
 References:
   Zhang et al., `Qwen3 Embedding: Advancing Text Embedding and Reranking Through
@@ -142,7 +135,8 @@ duplicate row, or a hard negative equal to d_i) is kept at margin = 0 on every b
 though its similarity and the positive's are computed apart and round differently.
 Every backend is deterministic.
 
-""" + _docs.args(qwen3_loss_with_stats, _ARRAY_DOCS) + _TAIL.format(name="qwen3_loss") + """
+""" + _docs.args(qwen3_loss_with_stats, _ARRAY_DOCS) + _TAIL.format(
+    name="qwen3_loss", raises=_docs.raises(qwen3_loss_with_stats)) + """
 Examples:
   >>> import jax
   >>> from memeff_jax import qwen3_loss, reference
@@ -162,7 +156,7 @@ would have nowhere to land).
 
 """ + _docs.args(lit_qwen3_loss_with_stats, dict(
     _ARRAY_DOCS, query_features="[batch, d] float array (fp32, fp16 or bf16), trained.")) +
-    _TAIL.format(name="lit_qwen3_loss") + """
+    _TAIL.format(name="lit_qwen3_loss", raises=_docs.raises(lit_qwen3_loss_with_stats)) + """
 Examples:
   >>> import jax
   >>> from memeff_jax import lit_qwen3_loss

@@ -14,8 +14,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from memeff_jax._checkify import value_checks
 from memeff_jax._terms import MARGIN_TIE, ContrastiveStats, normalize, poison, stable_scale
-from memeff_jax._validation import check_dims, check_negatives, check_weights, value_checks
+from memeff_jax._validation import check_dims, check_negatives, check_weights
 from memeff_jax.matryoshka import matryoshka
 
 __all__ = ["clip_loss", "clip_loss_with_stats", "lit_loss", "lit_loss_with_stats", "qwen3_loss",

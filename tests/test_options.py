@@ -1,0 +1,167 @@
+"""The options table (memeff_jax/_options.py) is the one source of every option's
+default, check, traced range and docs: the public signatures, docstrings and wrappers
+must agree with it."""
+
+import dataclasses
+import inspect
+
+import pytest
+
+import memeff_jax as mj
+from memeff_jax import _checkify, _options, classes
+
+LOSSES = [mj.clip_loss, mj.clip_loss_with_stats, mj.lit_loss, mj.lit_loss_with_stats,
+          mj.qwen3_loss, mj.qwen3_loss_with_stats, mj.lit_qwen3_loss,
+          mj.lit_qwen3_loss_with_stats]
+
+
+def _keywords(fn):
+  return {name: p for name, p in inspect.signature(fn).parameters.items()
+          if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=lambda f: f.__name__)
+def test_signature_defaults_match_the_table(fn):
+  keywords = _keywords(fn)
+  assert set(_options.SHARED) <= set(keywords)
+  for name, p in keywords.items():
+    assert name in _options.OPTIONS, f"{fn.__name__}: {name} has no row in the table"
+    assert p.default == _options.OPTIONS[name].default, name
+    assert type(p.default) is type(_options.OPTIONS[name].default), name
+
+
+@pytest.mark.parametrize("fn", LOSSES, ids=lambda f: f.__name__)
+def test_shared_keywords_in_signature_order(fn):
+  keywords = [k for k in _keywords(fn) if k in _options.SHARED]
+  assert tuple(keywords) == _options.SHARED
+
+
+@pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_loss, mj.qwen3_loss, mj.lit_qwen3_loss],
+                         ids=lambda f: f.__name__)
+def test_docs_come_from_the_table(fn):
+  doc = fn.__doc__
+  for name in _keywords(fn):
+    first = _options.OPTIONS[name].doc.split("\n")[0].strip()
+    assert f"  {name}: {first}" in doc
+  raises = " ".join(doc[doc.index("Raises:"):].split())   # unwrapped
+  assert ("``margin < 0``" in raises) == ("margin" in _keywords(fn))
+  for name in _options.traced(list(_keywords(fn))):
+    assert f"``{name}`` {_options.OPTIONS[name].traced.what}" in raises
+
+
+def test_traced_ranges_are_the_table_rows():
+  assert _options.traced(_options.SHARED + ("margin",)) == (
+      "temperature", "tau_plus", "label_smoothing", "lse_square_scale", "margin")
+  assert _checkify.OPTIONS is _options.OPTIONS
+
+
+def test_every_row_is_used_by_some_loss():
+  used = set().union(*(_keywords(fn) for fn in LOSSES))
+  assert used == set(_options.OPTIONS)
+
+
+def _fields(cls):
+  return {f.name: f.default for f in dataclasses.fields(cls)}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in classes.__all__ if n != "MatryoshkaLoss"))
+def test_class_defaults_match_the_table(name):
+  for field, default in _fields(getattr(classes, name)).items():
+    if field in _options.OPTIONS and default is not dataclasses.MISSING:
+      assert default == _options.OPTIONS[field].default, (name, field)
+
+
+def test_class_constructor_parameters():
+  # The fields, in order (memeff's constructors; a positional-free dataclass each).
+  plain = ["temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
+           "backend"]
+  qwen3 = plain + ["margin", "use_qq_negatives", "use_dd_negatives"]
+  want = {
+      "MemoryEfficientCLIPLoss": plain,
+      "MemoryEfficientLiTLoss": plain,
+      "MemoryEfficientQwen3Loss": qwen3,
+      "MemoryEfficientLiTQwen3Loss": qwen3[:-1],
+      "StableMemoryEfficientCLIPLoss": ["temperature", "normalized_inputs", "backend"],
+      "StableMemoryEfficientLiTLoss": ["temperature", "normalized_inputs", "backend"],
+  }
+  for base, fields in list(want.items())[:4]:
+    mrl = base.replace("MemoryEfficient", "MemoryEfficientMatryoshka")
+    want[mrl] = fields + ["dims", "weights"]
+    want["Distributed" + base] = fields + ["axis_name"]
+    want["Distributed" + mrl] = fields + ["dims", "weights", "axis_name"]
+  for name, fields in want.items():
+    assert list(_fields(getattr(classes, name))) == fields, name
+  assert len(want) == 18
+
+
+# The Flax modules: their loss options are the table's rows, with its defaults.
+_MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
+                  "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
+                  "matryoshka_weights", "axis_name", "backend", "deterministic", "config"]
+_OWN = {"CLIPLoss": [], "LiTLoss": [], "Qwen3Loss": ["margin", "use_qq_negatives",
+                                                     "use_dd_negatives"],
+        "LiTQwen3Loss": ["margin", "use_qq_negatives"]}
+
+
+@pytest.mark.parametrize("name", sorted(_OWN))
+def test_linen_fields_and_defaults(name):
+  pytest.importorskip("flax")
+  from memeff_jax import linen  # pylint: disable=g-import-not-at-top
+  fields = {f.name: f.default for f in dataclasses.fields(getattr(linen, name))}
+  assert list(fields) == _MODULE_FIELDS + _OWN[name] + ["parent", "name"]
+  for field, default in fields.items():
+    if field in _options.OPTIONS:
+      assert default == _options.OPTIONS[field].default, field
+
+
+@pytest.mark.parametrize("name", sorted(_OWN))
+def test_nnx_constructor_and_defaults(name):
+  pytest.importorskip("flax")
+  from memeff_jax import nnx  # pylint: disable=g-import-not-at-top
+  cls = getattr(nnx, name)
+  params = inspect.signature(cls.__init__).parameters
+  assert list(params)[1:] == _MODULE_FIELDS + _OWN[name]
+  module = cls()
+  for field in _MODULE_FIELDS[3:] + _OWN[name]:
+    assert getattr(module, field) == _options.OPTIONS[field].default, field
+  with pytest.raises(TypeError, match=f"{name}.__init__\\(\\) got an unexpected keyword "
+                                      f"argument 'bogus'"):
+    cls(bogus=1)
+
+
+@pytest.mark.parametrize("name", sorted(_OWN))
+def test_call_signatures_name_the_arrays(name):
+  pytest.importorskip("flax")
+  from memeff_jax import linen, nnx  # pylint: disable=g-import-not-at-top
+  arrays = list(inspect.signature(
+      getattr(mj, _options_function(name))).parameters)[:3 if "Qwen3" in name else 2]
+  for cls in (getattr(nnx, name), getattr(linen, name),
+              getattr(classes, "MemoryEfficient" + name)):
+    for method in ("__call__", "with_stats"):
+      if hasattr(cls, method):
+        params = list(inspect.signature(getattr(cls, method)).parameters)
+        assert params == ["self"] + arrays + ["tau_plus", "where"], (cls, method)
+
+
+def _options_function(name):
+  return {"CLIPLoss": "clip_loss", "LiTLoss": "lit_loss", "Qwen3Loss": "qwen3_loss",
+          "LiTQwen3Loss": "lit_qwen3_loss"}[name]
+
+
+@pytest.mark.parametrize("name,bad", [("temperature", -0.1), ("tau_plus", 1.5),
+                                      ("label_smoothing", -0.5), ("lse_square_scale", -1.0),
+                                      ("margin", -0.2)])
+def test_traced_range_from_the_table(name, bad):
+  # A Python value out of range raises naming the option; traced, the loss is NaN and
+  # checkify's message says what the table's row says must hold.
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jax.experimental import checkify  # pylint: disable=g-import-not-at-top
+  x = jnp.ones((4, 8), jnp.float32) + jnp.eye(4, 8)
+  with pytest.raises(ValueError, match=name):
+    mj.qwen3_loss(x, x, **{name: bad}, backend="blockwise")
+  f = jax.jit(lambda v: mj.qwen3_loss(x, x, **{name: v}, backend="blockwise"))
+  with mj.checkify_checks():
+    err, loss = checkify.checkify(f)(jnp.float32(bad))
+  assert jnp.isnan(loss)
+  assert f"{name} must be {_options.OPTIONS[name].traced.what}" in err.get()
