@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import memeff_jax as mj
-from memeff_jax import _core, _validation, backends, classes
+from memeff_jax import _core, _options, _validation, backends
 from memeff_jax.backends import base, registry
 from memeff_jax.backends.blockwise import BlockwiseBackend
 from memeff_jax.backends.reference import ReferenceBackend
@@ -60,7 +60,7 @@ def test_backend_names_live_in_the_registry():
     registry.check("xla")
   # Every public Literal is the registry's.
   assert _validation.Backend is backends.BackendName
-  assert classes.Backend is backends.BackendName
+  assert _options.OPTIONS["backend"].type is backends.BackendName   # the wrappers' field type
   assert inspect.signature(mj.clip_loss).parameters["backend"].annotation in (
       "Backend", backends.BackendName)
 

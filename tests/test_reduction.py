@@ -20,9 +20,9 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
-from memeff_jax import _chain, _core, _dispatch
+from memeff_jax import _chain, _core, backends
 from memeff_jax._reduction import SOFTMAX, Softmax
-from memeff_jax.blockwise import BlockwiseBackend
+from memeff_jax.backends.blockwise import BlockwiseBackend
 
 B, D = 12, 8
 BIAS = -2.0            # static here: a traced (learnable) bias is not part of the seam
@@ -272,7 +272,7 @@ def test_sigmoid_family_through_the_chain(n_dev, monkeypatch):
   """The chain's shared glue (validation, normalization, ``where``, the global batch,
   the ring) runs a head that names its reduction, with the shared options at their
   defaults (``stable=False``: big_vision's gradients)."""
-  monkeypatch.setattr(_dispatch, "resolve", lambda *a, **k: Tiles())
+  monkeypatch.setattr(backends, "resolve", lambda *a, **k: Tiles())
   sig = inspect.signature(mj.clip_loss_with_stats).parameters
   opts = {k: sig[k].default for k in _chain.SHARED if k not in ("temperature", "where",
                                                                  "axis_name")}
