@@ -326,7 +326,7 @@ def _launches(monkeypatch, family, d, dtype, smem_kib):
 
 
 @pytest.mark.parametrize("cases", [
-    pytest.param(_SMEM_CASES[::4], id="sample"),
+    pytest.param(_SMEM_CASES[::4], id="sample", marks=pytest.mark.smallgpu),
     pytest.param(_SMEM_CASES, id="all", marks=pytest.mark.slow)])
 @pytest.mark.parametrize("cc,smem_kib", SMALLER_GPUS)
 def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cases):
