@@ -7,7 +7,6 @@ sample of it, covering every family, option, ladder and backend, runs by default
 """
 
 import dataclasses
-import functools
 import itertools
 
 import jax
@@ -273,7 +272,7 @@ def test_per_dim_bf16(family):
 
 def test_per_dim_equals_one_block_with_where_and_stats():
   # where= and every stat (per-dim losses, lse, accuracy) as the one-block path gives them.
-  fn, kw = FAMILIES["qwen3"].loss, FAMILIES["qwen3"].options
+  kw = FAMILIES["qwen3"].options
   d, dims, weights = LADDERS["200"]
   arrays = _arrays("qwen3", 30, d)
   w = np.ones(30, bool)
