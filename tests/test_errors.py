@@ -32,6 +32,8 @@ def _names(fn):
           ("query_features", "doc_features"))
 
 
+# --- the towers, the hard negatives and the options of the four losses ---------------
+
 @pytest.mark.parametrize("fn", PAIR)
 @pytest.mark.parametrize("a,b,err,pattern", [
     (jnp.ones((4, 8, 1)), x, ValueError, "{0} must be rank 2.*shape=\\(4, 8, 1\\)"),
@@ -275,7 +277,7 @@ def test_where_validation():
   with pytest.raises(TypeError, match="where must be a bool"):
     mj.clip_loss(x, y, where=np.ones(19, np.float32), backend="blockwise")
   with pytest.raises(ValueError, match=r"where must have shape \(batch,\)"):
-    mj.clip_loss(x, y, where=np.ones(19 + 1, bool), backend="blockwise")
+    mj.clip_loss(x, y, where=np.ones(20, bool), backend="blockwise")
   with pytest.raises(TypeError, match="where must be a bool"):
     mj.clip_loss(x, y, where=[True] * 19, backend="blockwise")
 
