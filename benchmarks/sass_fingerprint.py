@@ -16,16 +16,22 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import pathlib
 import re
 import subprocess
+import sys
 import tempfile
+
+if __package__ in (None, ""):   # run as a file: python benchmarks/sass_fingerprint.py
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import triton
 from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
 
 from memeff_jax.backends.triton.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.backends.triton.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
+# (shared with the smaller-GPU compile test, tests/test_config.py)
+from tests.support.compile import compile_kernel
 
 TARGET = GPUTarget("cuda", 90, 32)
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
@@ -42,21 +48,8 @@ BWD_CASES = [(1, 1, 0, 0, 1, 0, 0), (1, 1, 0, 0, 1, 0, 1), (1, 0, 1, 0, 1, 1, 0)
              (0, 1, 0, 1, 1, 0, 0), (1, 1, 1, 1, 1, 1, 1), (1, 1, 1, 1, 1, 1, 0)]
 
 
-def compile_kernel(kernel, arg_types, constexprs, warps, stages, target=TARGET):
-  """``kernel`` compiled for ``target`` (no GPU needed) as jax-triton launches it:
-  every array argument marked 16-byte aligned, so its loads are pipelined."""
-  names = kernel.arg_names
-  runtime = [n for n in names if n not in constexprs]
-  sig = dict(zip(runtime, arg_types)) | {k: "constexpr" for k in constexprs}
-  attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
-           if t.startswith("*")}
-  src = ASTSource(kernel, sig, attrs=attrs,
-                  constexprs={(names.index(k),): v for k, v in constexprs.items()})
-  return triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=stages))
-
-
 def fingerprint(kernel, arg_types, constexprs, warps, stages) -> str:
-  compiled = compile_kernel(kernel, arg_types, constexprs, warps, stages)
+  compiled = compile_kernel(kernel, arg_types, constexprs, warps, stages, TARGET)
   with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as f:
     f.write(compiled.asm["cubin"])
     f.flush()

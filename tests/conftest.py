@@ -14,8 +14,9 @@ if not HAS_GPU:
 else:   # several pytest processes (pytest-xdist) share the GPU
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-# Scripts the tests start in subprocesses, not test modules.
-collect_ignore_glob = ["helpers/*"]
+# Shared test code (tests/support/__init__.py), and scripts the tests start in
+# subprocesses: no test modules, no doctests.
+collect_ignore_glob = ["support/*"]
 
 import jax  # noqa: E402  pylint: disable=g-import-not-at-top
 import pytest  # noqa: E402  pylint: disable=g-import-not-at-top
@@ -40,21 +41,21 @@ def pytest_sessionfinish(session):
   # A pytest-xdist worker hands its largest errors to the controller process.
   out = getattr(session.config, "workeroutput", None)
   if out is not None:
-    from tests import _check  # pylint: disable=g-import-not-at-top
+    from tests.support import check as _check  # pylint: disable=g-import-not-at-top
     out["largest_errors"] = dict(_check.LARGEST)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error):
   del error
-  from tests import _check  # pylint: disable=g-import-not-at-top
+  from tests.support import check as _check  # pylint: disable=g-import-not-at-top
   for dtype, errs in getattr(node, "workeroutput", {}).get("largest_errors", {}).items():
     worst = _check.LARGEST.setdefault(dtype, [0.0, 0.0])
     worst[:] = [max(a, b) for a, b in zip(worst, errs)]
 
 
 def pytest_terminal_summary(terminalreporter):
-  from tests import _check  # pylint: disable=g-import-not-at-top
+  from tests.support import check as _check  # pylint: disable=g-import-not-at-top
   for dtype, (v, g) in sorted(_check.LARGEST.items()):
     terminalreporter.write_line(f"largest errors vs the float64 reference, {dtype}: "
                                 f"value {v:.2e} (relative), gradient {g:.2e} "

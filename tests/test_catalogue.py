@@ -1,102 +1,40 @@
 """The catalogue of bad inputs (issue 11): each one and what it gives.
 
-Static values raise at trace time, naming the argument: shapes and config a
-ValueError, types and dtypes a TypeError. Values only known at run time (traced
-hyperparameters, non-finite features) give a NaN loss and NaN gradients, the same on
-blockwise, interpret and reference and through the ring, never a finite value, and
-under checkify an error naming the argument. Tiny shapes, mostly eager (the op cache
-keeps the ~100 cases fast).
+Static values raise at trace time, naming the argument (tests/test_errors.py). Values
+only known at run time (traced hyperparameters, non-finite features) give a NaN loss
+and NaN gradients, the same on blockwise, interpret and reference and through the ring,
+never a finite value, and under checkify an error naming the argument. Tiny shapes,
+mostly eager (the op cache keeps the cases fast).
 """
 
-import re
+import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.experimental import checkify
-from jax.sharding import Mesh, PartitionSpec as P
+from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import KernelConfig, reference
+from tests.support.data import towers
+from tests.support.families import ALL_BACKENDS
 
 # Triton's interpreter computes on NaN on purpose here.
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 
 B, D, K = 6, 8, 2
-BACKENDS = ["blockwise", "interpret", "reference"]
-NAMES = {mj.clip_loss: ("image_features", "text_features"),
-         mj.lit_loss: ("text_features", "image_features"),
-         mj.qwen3_loss: ("query_features", "doc_features"),
-         mj.lit_qwen3_loss: ("query_features", "doc_features")}
 
-
-def _data(seed=0):
-  r = np.random.default_rng(seed)
-  x = r.standard_normal((B, D))
-  y = x + 0.5 * r.standard_normal((B, D))
-  h = y[:, None] + 0.7 * r.standard_normal((B, K, D))
-  return [jnp.asarray(v, jnp.float32) for v in (x, y, h)]
+# x, y and hard negatives [B, K, D]; _data(seed).
+_data = functools.partial(towers, B, D, noise=0.5, k=K, hard_noise=0.7)
 
 
 def _mesh(n, name="batch"):
   return Mesh(np.array(jax.devices()[:n]), (name,))
 
 
-# --- trace time: ValueError / TypeError naming the argument --------------------------
-
-X = jnp.ones((4, 8), jnp.float32)
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn,kwargs,err,pattern", [
-    # flags are bools ("False" is truthy; None is not False)
-    (mj.clip_loss, dict(normalized_inputs="False"), TypeError,
-     "normalized_inputs must be a bool, got normalized_inputs='False'"),
-    (mj.lit_loss, dict(stable="no"), TypeError, "stable must be a bool"),
-    (mj.clip_loss, dict(stable=None), TypeError, "stable must be a bool, got stable=None"),
-    (mj.clip_loss, dict(deterministic=1), TypeError, "deterministic must be a bool"),
-    (mj.qwen3_loss, dict(use_qq_negatives="no"), TypeError, "use_qq_negatives must be a bool"),
-    (mj.qwen3_loss, dict(use_dd_negatives=None), TypeError, "use_dd_negatives must be a bool"),
-    (mj.lit_qwen3_loss, dict(use_qq_negatives=np.bool_(True)), TypeError,
-     "use_qq_negatives must be a bool"),
-    # config is a KernelConfig or None
-    (mj.clip_loss, dict(config={"blockwise_tile": 8}), TypeError,
-     "config must be a memeff_jax.KernelConfig or None, got dict"),
-    (mj.qwen3_loss, dict(config="fast"), TypeError, "config must be a memeff_jax.KernelConfig"),
-    # Python numbers out of range, NaN and inf included
-    (mj.clip_loss, dict(temperature=float("nan")), ValueError, "temperature must be > 0"),
-    (mj.clip_loss, dict(temperature=float("inf")), ValueError, "temperature must be finite"),
-    (mj.qwen3_loss, dict(margin=float("nan")), ValueError, "margin must be >= 0.0"),
-    (mj.lit_loss, dict(tau_plus=float("nan")), ValueError, "tau_plus must be \\[0.0, 1.0\\)"),
-    (mj.clip_loss, dict(label_smoothing=float("nan")), ValueError, "label_smoothing must be"),
-    (mj.clip_loss, dict(lse_square_scale=float("nan")), ValueError, "lse_square_scale must be"),
-])
-def test_static_values_raise(backend, fn, kwargs, err, pattern):
-  with pytest.raises(err, match=pattern):
-    fn(X, X, backend=backend, **kwargs)
-
-
-def test_config_with_reference_raises():
-  # The dense reference runs no kernels: a config would be silently ignored.
-  with pytest.raises(ValueError, match="config has no effect with backend='reference'"):
-    mj.clip_loss(X, X, backend="reference", config=KernelConfig())
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("fn,arrays", [
-    (mj.clip_loss, [(1, D), (1, D)]),
-    (mj.lit_loss, [(1, D), (1, D)]),
-    (mj.qwen3_loss, [(1, D), (1, D)]),
-])
-@pytest.mark.parametrize("tau", [0.1, "rows"])
-def test_tau_plus_without_negatives_raises(backend, fn, arrays, tau):
-  # A global batch of 1 has no negatives to debias (it used to give NaN or 0.0).
-  a = [jnp.ones(s, jnp.float32) for s in arrays]
-  tau = jnp.full((1,), 0.1) if tau == "rows" else tau
-  with pytest.raises(ValueError, match="tau_plus needs negatives, but a global batch of 1"):
-    fn(*a, tau_plus=tau, backend=backend)
-
+# --- edge cases that are no error -----------------------------------------------------
 
 def test_tau_plus_batch_one_with_hard_negatives_is_fine():
   x, y, h = (v[:1] for v in _data())
@@ -104,20 +42,6 @@ def test_tau_plus_batch_one_with_hard_negatives_is_fine():
   want = reference.qwen3_loss(x, y, h, tau_plus=0.1, temperature=1.0)
   assert want > 1e-3
   np.testing.assert_allclose(got, want, rtol=1e-5)
-
-
-@pytest.mark.parametrize("fn", [mj.clip_loss, mj.qwen3_loss])
-@pytest.mark.parametrize("dtype", [jnp.float8_e4m3fn, jnp.float8_e5m2])
-def test_float8_is_a_type_error(fn, dtype):
-  a = jnp.ones((4, 8), dtype)
-  with pytest.raises(TypeError, match=f"{NAMES[fn][0]} must be float16, bfloat16, float32 or "
-                     f"float64.*float8"):
-    fn(a, a, backend="blockwise")
-
-
-def test_float8_hard_negatives_is_a_type_error():
-  with pytest.raises(TypeError, match="hard_negatives must be float16, bfloat16, float32"):
-    mj.qwen3_loss(X, X, jnp.ones((4, 2, 8), jnp.float8_e4m3fn), backend="blockwise")
 
 
 def test_numpy_float64_under_grad_without_x64():
@@ -130,14 +54,6 @@ def test_numpy_float64_under_grad_without_x64():
   assert g.dtype == jnp.float32
   np.testing.assert_allclose(g, want, rtol=1e-6)
   mj.qwen3_loss(x, y, np.zeros((B, K, D)), backend="reference")   # three numpy arrays
-
-
-def test_float64_on_the_triton_backends_is_a_type_error():
-  with jax.enable_x64(True):
-    a = jnp.ones((4, 8), jnp.float64)
-    with pytest.raises(TypeError, match="backend='interpret' computes in float16, bfloat16 or "
-                       "float32, got float64"):
-      mj.clip_loss(a, a, backend="interpret")
 
 
 # --- run time: NaN loss and NaN gradients, never a finite value -----------------------
@@ -176,7 +92,7 @@ def _value_and_grads(fn, arrays, traced, backend, **static):
   return jax.value_and_grad(f, argnums=tuple(range(n + len(values))))(*arrays, *values)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("case", list(POISON))
 def test_nan_loss_and_nan_gradients(backend, case):
   fn, n, corrupt, traced, locked = POISON[case]
@@ -190,7 +106,7 @@ def test_nan_loss_and_nan_gradients(backend, case):
       assert np.all(np.isnan(g)), (i, g)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 @pytest.mark.parametrize("fn,n,traced", [
     (mj.qwen3_loss, 3, dict(margin=np.inf, temperature=0.05)),   # inf margin: no mask
     (mj.clip_loss, 2, dict(tau_plus=np.linspace(0.0, 0.9, B), label_smoothing=0.1,
@@ -210,7 +126,7 @@ def test_in_range_traced_values_stay_finite(backend, fn, n, traced):
 def test_nan_under_jit():
   x, y, h = _data()
   h = h.at[2, 0, 1].set(np.nan)
-  for backend in BACKENDS:
+  for backend in ALL_BACKENDS:
     f = jax.jit(jax.value_and_grad(
         lambda q, d, hh, m: mj.qwen3_loss(q, d, hh, margin=m, backend=backend), (0, 1, 2, 3)))
     loss, grads = f(x, y, h, jnp.float32(0.1))
@@ -296,60 +212,6 @@ def test_checkify_through_sharded():
   assert np.isnan(loss)
   with pytest.raises(checkify.JaxRuntimeError, match="text_features must be finite"):
     err.throw()
-
-
-# --- sharded and the ring: clear errors -------------------------------------------
-
-@pytest.mark.parametrize("axis", ["wrong", ("data", "model")])
-def test_sharded_unknown_axis(axis):
-  mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "fsdp"))
-  with pytest.raises(ValueError, match=re.escape(f"axis_name={axis!r}: the mesh has axes "
-                                                 f"('data', 'fsdp')")):
-    mj.sharded(mj.clip_loss, mesh, axis)
-
-
-@pytest.mark.parametrize("a,b,pattern", [
-    ((16, 8), (8, 8), "same batch size, got image_features.shape=\\(16, 8\\) and "
-                      "text_features.shape=\\(8, 8\\)"),
-    ((16, 8), (16, 7), "same feature dim, got image_features.shape=\\(16, 8\\)"),
-])
-def test_sharded_errors_name_the_global_shapes(a, b, pattern):
-  with pytest.raises(ValueError, match=pattern):
-    mj.sharded(mj.clip_loss, _mesh(4), "batch")(jnp.ones(a), jnp.ones(b), backend="blockwise")
-
-
-def test_sharded_where_error_names_the_global_shape():
-  # (A global batch of 10 on 4 devices is no error: sharded pads it, tests/test_where.py.)
-  x = jnp.ones((10, 8))
-  with pytest.raises(ValueError, match="where must have shape \\(batch,\\)=\\(10,\\), got "
-                     "where.shape=\\(8,\\)"):
-    mj.sharded(mj.clip_loss, _mesh(4), "batch")(x, x, where=np.ones(8, bool),
-                                                backend="blockwise")
-
-
-def test_sharded_per_row_tau_error_names_the_global_shape():
-  x = jnp.ones((16, 8))
-  with pytest.raises(ValueError, match="tau_plus must have shape \\(batch,\\)=\\(16,\\), got "
-                     "tau_plus.shape=\\(8,\\)"):
-    mj.sharded(mj.clip_loss, _mesh(4), "batch")(x, x, tau_plus=np.full(8, 0.1),
-                                                backend="blockwise")
-
-
-@pytest.mark.parametrize("axis_name", ["batch", ("batch",)])
-def test_replicated_inputs_with_axis_name(axis_name):
-  # P() hands every device the whole batch: the ring would count it W times.
-  x, y, _ = _data()
-  run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name=axis_name, backend="blockwise"),
-                      mesh=_mesh(2), in_specs=(P(), P()), out_specs=P())
-  with pytest.raises(ValueError, match="image_features is replicated over mesh axis 'batch'"):
-    jax.jit(run)(x, y)
-
-
-def test_unbound_axis_in_a_tuple():
-  with pytest.raises(ValueError, match="axis_name=\\('batch', 'model'\\) is not bound"):
-    jax.shard_map(lambda a: mj.clip_loss(a, a, axis_name=("batch", "model"),
-                                         backend="blockwise"),
-                  mesh=_mesh(2), in_specs=P("batch"), out_specs=P())(jnp.ones((4, 8)))
 
 
 # --- second order and transformations ------------------------------------------------

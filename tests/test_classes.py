@@ -10,26 +10,21 @@ import functools
 import warnings
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
 from memeff_jax import classes as C
+from tests.support.data import towers
 
 B, D, K = 8, 16, 2
 DIMS, WEIGHTS = (8, 16), (1.0, 0.5)
 BW = dict(backend="blockwise")
 
 
-def _data():
-  r = np.random.default_rng(0)
-  q = r.standard_normal((B, D))
-  d = q + 1.5 * r.standard_normal((B, D))
-  h = d[:, None] + r.standard_normal((B, K, D))
-  tau = r.uniform(0.0, 0.3, B)
-  return [jnp.asarray(v, jnp.float32) for v in (q, d, h, tau)]
+# queries, documents, hard negatives [B, K, D] and a per-row tau_plus.
+_data = functools.partial(towers, B, D, noise=1.5, k=K, tau_max=0.3)
 
 
 # name -> (function, number of arrays, constructor options = the function's options).
@@ -184,21 +179,6 @@ def test_matryoshka_loss_equals_the_wrapper():
   base = functools.partial(mj.clip_loss, **BW)
   np.testing.assert_allclose(jax.jit(C.MatryoshkaLoss(base, [8, 16]))(q, d),
                              jax.jit(mj.matryoshka(base, (8, 16)))(q, d), rtol=1e-6)
-
-
-def test_matryoshka_loss_refuses_normalized_inputs():
-  with pytest.raises(ValueError, match="normalized_inputs"):
-    C.MatryoshkaLoss(C.MemoryEfficientCLIPLoss(normalized_inputs=True), dims=DIMS)
-
-
-def test_matryoshka_classes_check_dims_and_a_bound_normalized_inputs():
-  with pytest.raises(ValueError, match="loss_fn.normalized_inputs=True"):
-    C.MatryoshkaLoss(functools.partial(mj.clip_loss, normalized_inputs=True), dims=DIMS)
-  for dims in (None, 8):
-    with pytest.raises(TypeError, match=f"dims must be a sequence of ints, got dims={dims}"):
-      C.MemoryEfficientMatryoshkaCLIPLoss(dims=dims)
-  with pytest.raises(TypeError, match="weights must hold numbers, not bools"):
-    C.MemoryEfficientMatryoshkaCLIPLoss(dims=(8, 16), weights=(True, True))
 
 
 def test_frozen_hashable_keyword_only():

@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 from memeff_jax import clip_loss, clip_loss_with_stats, lit_loss, lit_loss_with_stats, reference
-from tests._check import checkerboard, compare, features, kernel_path_config, sampled
+from tests.support.check import checkerboard, compare, kernel_path_config, sampled
+from tests.support.data import features
+from tests.support.families import BACKENDS
 
 LOSSES = {"clip": (clip_loss, reference.clip_loss), "lit": (lit_loss, reference.lit_loss)}
-BACKENDS = ["blockwise", "interpret"]
 DTYPES = [jnp.float32, jnp.bfloat16]
 BS, DS = [1, 7, 129, 1000], [1, 16, 40, 72, 384]
 SHAPES = list(itertools.product(BS, DS))

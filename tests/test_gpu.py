@@ -13,10 +13,12 @@ import memeff_jax as mj
 from memeff_jax import _core, reference
 from memeff_jax.config import default_config
 from memeff_jax.backends.triton import backend as launch
-from tests._check import compare, features
-from tests.test_matryoshka import eager_ref
-from tests.test_numerics import BOUNDED_CASES, _block_lse64, _graded_rows
-from tests.test_qwen3 import batch as qwen3_batch
+from tests.support import towers
+from tests.support.check import compare
+from tests.support.data import (BOUNDED_CASES, features, graded_rows, qwen3_batch,
+                                where_mask, with_exact_ties)
+from tests.support.families import FAMILIES, eager_matryoshka
+from tests.support.oracle import block_lse64, count_pairs, count_qwen3
 
 pytestmark = pytest.mark.gpu
 # B = 1, and batches that are no multiple of any tile; every D for B = 300.
@@ -171,13 +173,8 @@ def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
   # bf16: the default configs (one block: the FlashAttention-shaped gradient for the
   # 64-aligned ladder at d = 512, the tiled one for the others); fp32: ieee dots on the
   # plain configs' tiles (one block: the tiled gradient).
-  fn, ref, kw = {
-      "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
-      "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),
-      "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
-                dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05)),
-      "lit_qwen3": (mj.lit_qwen3_loss, reference.lit_qwen3_loss_with_stats,
-                    dict(use_qq_negatives=True, margin=0.05))}[family]
+  fam = FAMILIES[family]
+  fn, ref, kw = fam.loss, fam.reference_with_stats, fam.options
   arrays = (qwen3_batch(b, b, d, 3, dtype) if "qwen3" in family else
             features(b + d, [(b, d), (b, d)], dtype))
   weights = tuple(np.linspace(0.5, 1.5, len(dims)))
@@ -185,7 +182,7 @@ def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
   cfg = _cfg(d, dtype) if dtype == jnp.float32 else None
   if cfg is not None or one_block:   # (fp32 defaults above d_pad 256: one block)
     cfg = dataclasses.replace(cfg or default_config(d, dtype), matryoshka_per_dim=not one_block)
-  ref_fn = (eager_ref(ref, dims, weights, **kw) if not one_block else
+  ref_fn = (eager_matryoshka(ref, dims, weights, **kw) if not one_block else
             lambda *a, **k: reference.matryoshka_fused_with_stats(
                 ref, *a, dims=dims, weights=weights, **kw, **k)[0])
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
@@ -231,12 +228,12 @@ def test_bounded_forward_triton(rows, t, exact, dtype):
   # zero: the bounded sums alone are exact or not as the case says (asserted), and the
   # losses match the float64 reference either way.
   cos_lo, cos_hi, length = rows
-  x, y = (length * v.astype(dtype) for v in _graded_rows(7, 1500, 64, cos_lo, cos_hi))
+  x, y = (length * v.astype(dtype) for v in graded_rows(7, 1500, 64, cos_lo, cos_hi))
   cfg = dataclasses.replace(_cfg(64, dtype), fwd_tiled=True, fwd_bounded=True)
   lse_r, lse_c, _, _ = launch.lse_fwd(x, y, jnp.float32(1 / t), None, (0, 0), two_sided=True,
                                       exclude_self=True, config=cfg, interpret=False,
                                       bounded=True, want_max=False)
-  ref_r, ref_c = _block_lse64(x.astype(jnp.float32), y.astype(jnp.float32), t)
+  ref_r, ref_c = block_lse64(x.astype(jnp.float32), y.astype(jnp.float32), t)
   close = lambda a, b: np.allclose(np.asarray(a, np.float64), b, rtol=1e-5, atol=1e-4)
   assert (close(lse_r, ref_r) and close(lse_c, ref_c)) == exact
   for fn, ref in [(mj.clip_loss, reference.clip_loss), (mj.lit_loss, reference.lit_loss)]:
@@ -248,13 +245,12 @@ def test_bounded_forward_triton(rows, t, exact, dtype):
 def test_accuracy_triton(d, dtype):
   # The kernels' maxima (sweep and tiled forwards) give the in-batch top-1 of a dense
   # count on the same (rounded) inputs.
-  from tests.test_metrics import _count_pairs, _count_qwen3  # pylint: disable=g-import-not-at-top
   r = np.random.default_rng(d)
   x = r.standard_normal((1500, d))
   x, y = (jnp.asarray(v, jnp.float32).astype(dtype)
           for v in (x, x + 1.5 * r.standard_normal((1500, d))))
-  want = _count_pairs(np.asarray(mj.reference.normalize(x), np.float64),
-                      np.asarray(mj.reference.normalize(y), np.float64))
+  want = count_pairs(np.asarray(mj.reference.normalize(x), np.float64),
+                     np.asarray(mj.reference.normalize(y), np.float64))
   _, st = mj.clip_loss_with_stats(x, y, backend="triton", config=_cfg(d, dtype))
   # bf16: a near-tie may round either way; allow a handful of rows.
   tol = (2 if dtype == jnp.float32 else 5) / 1500
@@ -262,8 +258,8 @@ def test_accuracy_triton(d, dtype):
   q, doc, h = qwen3_batch(d, 700, d, 3, dtype)
   _, st = mj.qwen3_loss_with_stats(q, doc, h, use_qq_negatives=True, use_dd_negatives=True,
                                    margin=0.05, backend="triton", config=_cfg(d, dtype))
-  want = _count_qwen3(*(np.asarray(v.astype(jnp.float32), np.float64) for v in (q, doc, h)),
-                      0.05, True, True)
+  want = count_qwen3(*(np.asarray(v.astype(jnp.float32), np.float64) for v in (q, doc, h)),
+                     0.05, True, True)
   np.testing.assert_allclose(st.accuracy_row, want, atol=tol * 1500 / 700)
 
 
@@ -274,16 +270,16 @@ def test_where_triton(family, path, dtype):
   # where= on the kernels (FlashAttention-shaped, tiled, Matryoshka per dim and in one
   # block) against the float64 reference on the kept rows (a static numpy mask indexes
   # them, so the reference's gradients scatter back with zeros on the removed rows).
-  from tests.test_where import FAMILIES, _mask  # pylint: disable=g-import-not-at-top
   b, d = 1500, 384
-  fn, ref, kw = FAMILIES[family]
+  fn, ref, kw = (FAMILIES[family].with_stats, FAMILIES[family].reference_with_stats,
+                 FAMILIES[family].options)
   cfg = _cfg(d, dtype)
   cfg = dataclasses.replace(cfg, fwd_tiled=path != "sweep", bwd_tiled=path == "tiled",
                             matryoshka_per_dim=path == "mrl")
   dims = (64, 192, 384) if path.startswith("mrl") else None
   arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
             features(b + d, [(b, d), (b, d)], dtype))
-  w = _mask(b, seed=7)
+  w = where_mask(b, seed=7)
   w[256:640] = False     # whole tiles removed
 
   def ref_fn(*a, **k):
@@ -291,7 +287,7 @@ def test_where_triton(family, path, dtype):
     if dims is None:
       return ref(*kept, **kw, **k)[0]
     if path == "mrl":   # one block per dim: rounds as the eager wrapper does
-      return eager_ref(ref, dims, None, **kw)(*kept, **k)
+      return eager_matryoshka(ref, dims, None, **kw)(*kept, **k)
     return reference.matryoshka_fused_with_stats(ref, *kept, dims=dims, **kw, **k)[0]
 
   compare(lambda *a, **k: fn(*a, where=w, backend="triton", config=cfg, matryoshka_dims=dims,
@@ -374,13 +370,13 @@ def test_grad_cache_triton(family):
   # kernel dots: the two programs' embeddings may differ in an ulp (XLA fuses a scan and
   # an unrolled loop differently), which tf32's input rounding would amplify (lit_qwen3
   # erred 1.8e-5 so, h200 run of 2026-12-02); only the summation order then differs.
-  from tests.test_grad_cache import _assert_close, _batch, _embed, _loss, _params, _plain
-  params, batch, rng = _params(jnp.float32), _batch(2085, jnp.float32, True), jax.random.key(3)
-  loss_fn = _loss(family, backend="triton", config=_cfg(8, jnp.float32))
+  params, batch = towers.params(jnp.float32), towers.batch(2085, jnp.float32, True)
+  rng = jax.random.key(3)
+  loss_fn = towers.loss(family, backend="triton", config=_cfg(8, jnp.float32))
   with jax.default_matmul_precision("highest"):
-    got = jax.jit(mj.grad_cache(_embed, loss_fn, chunk_size=512))(params, batch, rng)
-    want = jax.jit(_plain(_embed, loss_fn, 512))(params, batch, rng)
-  _assert_close(got, want, 1e-5)
+    got = jax.jit(mj.grad_cache(towers.embed, loss_fn, chunk_size=512))(params, batch, rng)
+    want = jax.jit(towers.plain(towers.embed, loss_fn, 512))(params, batch, rng)
+  towers.assert_close(got, want, 1e-5)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -388,8 +384,7 @@ def test_grad_cache_triton(family):
 def test_exact_ties_with_the_positive_are_kept_triton(lit, dims, dtype):
   # margin = 0 keeps every exact tie on the GPU's tiles as the float64 reference does
   # (the tolerance 2^-10 of docs/math.md §6).
-  from tests.test_qwen3 import _with_exact_ties
-  q, doc, h = _with_exact_ties(12, 24, dtype)
+  q, doc, h = with_exact_ties(12, 24, dtype)
   kw = dict(margin=0.0, use_qq_negatives=True, matryoshka_dims=dims)
   fn = mj.lit_qwen3_loss if lit else mj.qwen3_loss
   cfg = _cfg(24, dtype)   # fp32: ieee dots (the value tolerance is fp32's)

@@ -1,8 +1,8 @@
 """grad_cache vs plain jax.value_and_grad of the whole batch's loss.
 
-The oracle is written out here: the embeddings of every chunk concatenated (a Python
-loop over the chunks, each with its fold_in key), the loss of the lot, and
-``jax.value_and_grad`` through all of it. Tolerances: float64 1e-10 and float32 1e-5
+The oracle (tests/support/towers.py: ``plain``): the embeddings of every chunk
+concatenated (a Python loop over the chunks, each with its fold_in key), the loss of
+the lot, and ``jax.value_and_grad`` through all of it. Tolerances: float64 1e-10 and float32 1e-5
 (relative to the largest entry), as the gradient-caching issue states them; only the
 summation order of the parameter gradients differs.
 """
@@ -17,101 +17,23 @@ from jax.sharding import PartitionSpec as P
 
 import memeff_jax
 from memeff_jax import grad_cache
+from tests.support import towers
+from tests.support.families import FAMILIES
+from tests.support.towers import EMB, FEAT
 
 TOL = {jnp.dtype(jnp.float64): 1e-10, jnp.dtype(jnp.float32): 1e-5}
-FEAT, HID, EMB, K = 6, 10, 8, 2   # input features, hidden width, embedding dim, hard negs
-
-
-def _mlp(ws, h, drop_key=None):
-  for j, w in enumerate(ws):
-    h = h @ w
-    if j < len(ws) - 1:
-      h = jnp.tanh(h)
-      if drop_key is not None:   # dropout at rate 0.25 after each hidden layer
-        keep = jax.random.bernoulli(jax.random.fold_in(drop_key, j), 0.75, h.shape)
-        h = jnp.where(keep, h / 0.75, 0)
-  return h
-
-
-def _params(dtype, towers=("a", "b")):
-  keys = jax.random.split(jax.random.key(1), 2 * len(towers))
-  p = {t: [jax.random.normal(keys[2 * i], (FEAT, HID), dtype) / 2,
-           jax.random.normal(keys[2 * i + 1], (HID, EMB), dtype) / 3]
-       for i, t in enumerate(towers)}
-  p["log_scale"] = jnp.asarray(np.log(1 / 0.1), dtype)   # a learnable temperature
-  return p
-
-
-def _batch(n, dtype, hard=False):
-  ka, kb, kh = jax.random.split(jax.random.key(2), 3)
-  b = {"a": jax.random.normal(ka, (n, FEAT), dtype), "b": jax.random.normal(kb, (n, FEAT), dtype)}
-  if hard:
-    b["h"] = jax.random.normal(kh, (n, K, FEAT), dtype)
-  return b
-
-
-def _embed(p, chunk, key, dropout=True):
-  ka = kb = None
-  if key is not None and dropout:
-    ka, kb = jax.random.split(key)
-  e = {"a": _mlp(p["a"], chunk["a"], ka), "b": _mlp(p["b"], chunk["b"], kb)}
-  if "h" in chunk:   # hard negatives through the document tower, [rows, K, EMB]
-    e["h"] = _mlp(p["b"], chunk["h"], None if kb is None else jax.random.fold_in(kb, 7))
-  if "keep" in chunk:
-    e["keep"] = chunk["keep"]
-  return e
-
-
-FAMILIES = {
-    "clip": lambda e, **kw: memeff_jax.clip_loss(e["a"], e["b"], **kw),
-    "lit": lambda e, **kw: memeff_jax.lit_loss(e["a"], e["b"], **kw),
-    "qwen3": lambda e, **kw: memeff_jax.qwen3_loss(e["a"], e["b"], e["h"], **kw),
-    "lit_qwen3": lambda e, **kw: memeff_jax.lit_qwen3_loss(e["a"], e["b"], e["h"], **kw),
-}
-
-
-def _loss(family, backend="blockwise", **kw):
-  def loss_fn(p, e):
-    if "keep" in e:
-      kw["where"] = e["keep"]
-    return FAMILIES[family](e, temperature=jnp.exp(-p["log_scale"]), backend=backend, **kw)
-  return loss_fn
-
-
-def _plain(embed_fn, loss_fn, chunk, has_aux=False):
-  """The oracle: value_and_grad through every chunk's embeddings, concatenated."""
-  def step(params, batch, rng=None):
-    n = jax.tree.leaves(batch)[0].shape[0]
-    def whole(p):
-      parts = [embed_fn(p, jax.tree.map(lambda a: a[s:s + chunk], batch),
-                        None if rng is None else jax.random.fold_in(rng, i))
-               for i, s in enumerate(range(0, n, chunk))]
-      return loss_fn(p, jax.tree.map(lambda *v: jnp.concatenate(v), *parts))
-    return jax.value_and_grad(whole, has_aux=has_aux)(params)
-  return step
-
-
-def _assert_close(got, want, tol, trained=("a", 0)):
-  (v, g), (v_ref, g_ref) = got, want
-  assert abs(float(v) - float(v_ref)) <= tol * max(1.0, abs(float(v_ref))), (v, v_ref)
-  for path, a, b in zip(jax.tree_util.tree_leaves_with_path(g), jax.tree.leaves(g),
-                        jax.tree.leaves(g_ref)):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30)
-    assert err <= tol, (path[0], err)
-  assert np.max(np.abs(np.asarray(g_ref[trained[0]][trained[1]]))) > 0   # a trained tower's
 
 
 def _compare(family, dtype, n, chunk, *, rng=jax.random.key(3), hard=None, batch=None,
              **loss_kw):
   hard = family in ("qwen3", "lit_qwen3") if hard is None else hard
   with jax.enable_x64(dtype == jnp.float64):
-    params = _params(dtype)
-    batch = _batch(n, dtype, hard) if batch is None else batch
-    loss_fn = _loss(family, **loss_kw)
-    got = jax.jit(grad_cache(_embed, loss_fn, chunk_size=chunk))(params, batch, rng)
-    want = jax.jit(_plain(_embed, loss_fn, chunk))(params, batch, rng)
-    _assert_close(got, want, TOL[jnp.dtype(dtype)])
+    params = towers.params(dtype)
+    batch = towers.batch(n, dtype, hard) if batch is None else batch
+    loss_fn = towers.loss(family, **loss_kw)
+    got = jax.jit(grad_cache(towers.embed, loss_fn, chunk_size=chunk))(params, batch, rng)
+    want = jax.jit(towers.plain(towers.embed, loss_fn, chunk))(params, batch, rng)
+    towers.assert_close(got, want, TOL[jnp.dtype(dtype)])
     return got, want
 
 
@@ -136,9 +58,9 @@ def test_without_rng():
 def test_where_rides_along_as_a_bool_embedding():
   # A where= mask carried through embed_fn as a bool leaf (it has no gradient).
   with jax.enable_x64(True):
-    batch = dict(_batch(10, jnp.float64), keep=jnp.arange(10) % 4 != 1)
+    batch = dict(towers.batch(10, jnp.float64), keep=jnp.arange(10) % 4 != 1)
   _compare("clip", jnp.float64, 10, 3, batch=batch)
-  _compare("qwen3", jnp.float32, 10, 3, batch=dict(_batch(10, jnp.float32, True),
+  _compare("qwen3", jnp.float32, 10, 3, batch=dict(towers.batch(10, jnp.float32, True),
                                                    keep=jnp.arange(10) % 3 != 0))
 
 
@@ -158,21 +80,23 @@ def test_has_aux():
                                                    temperature=jnp.exp(-p["log_scale"]))
     return loss, stats.accuracy_row
   with jax.enable_x64(True):
-    params, batch, rng = _params(jnp.float64), _batch(9, jnp.float64), jax.random.key(4)
-    (loss, acc), grads = grad_cache(_embed, loss_fn, chunk_size=4, has_aux=True)(
+    params, batch = towers.params(jnp.float64), towers.batch(9, jnp.float64)
+    rng = jax.random.key(4)
+    (loss, acc), grads = grad_cache(towers.embed, loss_fn, chunk_size=4, has_aux=True)(
         params, batch, rng)
-    (loss_ref, acc_ref), grads_ref = _plain(_embed, loss_fn, 4, True)(params, batch, rng)
+    (loss_ref, acc_ref), grads_ref = towers.plain(towers.embed, loss_fn, 4, True)(
+        params, batch, rng)
     np.testing.assert_allclose(np.asarray(acc), np.asarray(acc_ref), rtol=0, atol=1e-12)
-    _assert_close((loss, grads), (loss_ref, grads_ref), 1e-10)
+    towers.assert_close((loss, grads), (loss_ref, grads_ref), 1e-10)
 
 
 def test_no_recompilation_for_new_values():
   traces = []
   def embed(p, chunk, key):
     traces.append(1)
-    return _embed(p, chunk, key)
-  step = jax.jit(grad_cache(embed, _loss("clip"), chunk_size=4))
-  params, batch = _params(jnp.float32), _batch(10, jnp.float32)
+    return towers.embed(p, chunk, key)
+  step = jax.jit(grad_cache(embed, towers.loss("clip"), chunk_size=4))
+  params, batch = towers.params(jnp.float32), towers.batch(10, jnp.float32)
   step(params, batch, jax.random.key(0))
   n = len(traces)
   params2 = jax.tree.map(lambda v: v * 1.5, params)
@@ -185,12 +109,12 @@ def test_locked_tower_is_not_embedded_again():
   # so the gradient pass never runs that tower. The locked tower has its own hidden
   # width (13): its weight gradient would be a dot with a [.., 13] operand.
   def embed(p, chunk, key):
-    return {"a": _mlp(p["a"], chunk["a"]), "b": _mlp(p["locked"], chunk["b"])}
-  params = _params(jnp.float32, towers=("a",))
+    return {"a": towers.mlp(p["a"], chunk["a"]), "b": towers.mlp(p["locked"], chunk["b"])}
+  params = towers.params(jnp.float32, towers=("a",))
   params["locked"] = [jnp.ones((FEAT, 13)), jnp.ones((13, EMB))]
-  batch = _batch(8, jnp.float32)
+  batch = towers.batch(8, jnp.float32)
   def hlo(family):
-    step = jax.jit(grad_cache(embed, _loss(family), chunk_size=4))
+    step = jax.jit(grad_cache(embed, towers.loss(family), chunk_size=4))
     return step.lower(params, batch).compile().as_text()
   dots_13 = lambda text: sum(" dot(" in line and "13]" in line.split("=")[1].split(" dot(")[0]
                              for line in text.splitlines() if "=" in line)
@@ -201,10 +125,10 @@ def test_locked_tower_is_not_embedded_again():
   assert dots_13(hlo("lit")) <= 1
   # Its gradients are still right (zero for the locked tower).
   with jax.enable_x64(False):
-    got = grad_cache(embed, _loss("lit"), chunk_size=3)(params, batch)
-    want = _plain(embed, _loss("lit"), 3)(params, batch)
+    got = grad_cache(embed, towers.loss("lit"), chunk_size=3)(params, batch)
+    want = towers.plain(embed, towers.loss("lit"), 3)(params, batch)
   np.testing.assert_array_equal(np.asarray(got[1]["locked"][0]), 0)
-  _assert_close((got[0], {k: v for k, v in got[1].items() if k != "locked"}),
+  towers.assert_close((got[0], {k: v for k, v in got[1].items() if k != "locked"}),
                 (want[0], {k: v for k, v in want[1].items() if k != "locked"}), 1e-5)
 
 
@@ -214,16 +138,16 @@ def test_shard_map_ring_equals_one_device(family):
   # ring loss in the middle; equal to the plain step on the global batch on one device
   # (no dropout: per-device keys would differ from the one-device run's).
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",))
-  embed = functools.partial(_embed, dropout=False)
+  embed = functools.partial(towers.embed, dropout=False)
   hard = family == "qwen3"
   with jax.enable_x64(True):
-    params, batch = _params(jnp.float64), _batch(40, jnp.float64, hard)
+    params, batch = towers.params(jnp.float64), towers.batch(40, jnp.float64, hard)
     ring_step = jax.shard_map(
-        grad_cache(embed, _loss(family, axis_name="data"), chunk_size=2), mesh=mesh,
+        grad_cache(embed, towers.loss(family, axis_name="data"), chunk_size=2), mesh=mesh,
         in_specs=(P(), P("data")), out_specs=P(), check_vma=True)
     got = jax.jit(ring_step)(params, batch)
-    want = jax.jit(_plain(embed, _loss(family), 40))(params, batch)
-    _assert_close(got, want, 1e-10)
+    want = jax.jit(towers.plain(embed, towers.loss(family), 40))(params, batch)
+    towers.assert_close(got, want, 1e-10)
 
 
 def test_shard_map_with_per_device_dropout():
@@ -235,12 +159,12 @@ def test_shard_map_with_per_device_dropout():
       return step(params, batch, jax.random.fold_in(rng, jax.lax.axis_index("data")))
     return jax.jit(jax.shard_map(run, mesh=mesh, in_specs=(P(), P("data"), P()),
                                  out_specs=P(), check_vma=True))
-  loss_fn = _loss("clip", axis_name="data")
+  loss_fn = towers.loss("clip", axis_name="data")
   with jax.enable_x64(True):
-    args = _params(jnp.float64), _batch(24, jnp.float64), jax.random.key(5)
-    got = per_device(grad_cache(_embed, loss_fn, chunk_size=2))(*args)
-    want = per_device(_plain(_embed, loss_fn, 2))(*args)
-    _assert_close(got, want, 1e-10)
+    args = towers.params(jnp.float64), towers.batch(24, jnp.float64), jax.random.key(5)
+    got = per_device(grad_cache(towers.embed, loss_fn, chunk_size=2))(*args)
+    want = per_device(towers.plain(towers.embed, loss_fn, 2))(*args)
+    towers.assert_close(got, want, 1e-10)
 
 
 def test_compiled_memory_bound():
@@ -254,29 +178,13 @@ def test_compiled_memory_bound():
   params = {t: [jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes] for t in ("a", "b")}
   params["log_scale"] = jax.ShapeDtypeStruct((), jnp.float32)
   batch = {t: jax.ShapeDtypeStruct((n, width), jnp.float32) for t in ("a", "b")}
-  embed = lambda p, c, k: {t: _mlp(p[t], c[t]) for t in ("a", "b")}
-  loss_fn = _loss("clip", config=memeff_jax.KernelConfig(blockwise_tile=128))
+  embed = lambda p, c, k: {t: towers.mlp(p[t], c[t]) for t in ("a", "b")}
+  loss_fn = towers.loss("clip", config=memeff_jax.KernelConfig(blockwise_tile=128))
   temp = lambda step: jax.jit(step).lower(params, batch).compile().memory_analysis() \
       .temp_size_in_bytes
   cached = temp(grad_cache(embed, loss_fn, chunk_size=512))
-  plain = temp(_plain(embed, loss_fn, n))
+  plain = temp(towers.plain(embed, loss_fn, n))
   assert cached <= 0.3 * plain, (cached / 2**20, plain / 2**20)
-
-
-def test_validation():
-  embed, loss_fn = _embed, _loss("clip")
-  for bad in (0, -2, 2.0, True, None):
-    with pytest.raises(ValueError, match="chunk_size"):
-      grad_cache(embed, loss_fn, chunk_size=bad)
-  step = grad_cache(embed, loss_fn, chunk_size=4)
-  params = _params(jnp.float32)
-  with pytest.raises(ValueError, match="batch"):
-    step(params, {"a": jnp.ones((8, FEAT)), "b": jnp.ones((9, FEAT))})
-  with pytest.raises(ValueError, match="batch"):
-    step(params, {"a": jnp.ones((0, FEAT)), "b": jnp.ones((0, FEAT))})
-  bad_embed = lambda p, c, k: {"a": _mlp(p["a"], c["a"])[:1], "b": _mlp(p["b"], c["b"])}
-  with pytest.raises(ValueError, match="embed_fn"):
-    jax.jit(grad_cache(bad_embed, loss_fn, chunk_size=4))(params, _batch(8, jnp.float32))
 
 
 # Flax's BatchNorm writes its float32 running statistics from the float64 batch.
@@ -302,7 +210,7 @@ def test_nnx_step_with_dropout_batch_norm_and_a_learnable_temperature():
   with jax.enable_x64(True):
     model = DualEncoder(nnx.Rngs(0, dropout=1))
     twin = nnx.clone(model)
-    batch = _batch(11, jnp.float64)
+    batch = towers.batch(11, jnp.float64)
 
     @nnx.jit
     def cached(m, b):
@@ -317,7 +225,7 @@ def test_nnx_step_with_dropout_batch_norm_and_a_learnable_temperature():
 
     loss, grads = cached(model, batch)
     loss_ref, grads_ref = plain(twin, batch)
-    _assert_close((loss, nnx.to_pure_dict(grads)), (loss_ref, nnx.to_pure_dict(grads_ref)),
+    towers.assert_close((loss, nnx.to_pure_dict(grads)), (loss_ref, nnx.to_pure_dict(grads_ref)),
                   1e-10, trained=("image", "kernel"))
     assert abs(float(grads["loss"]["logit_scale"][...])) > 0
     after, after_ref = (nnx.to_pure_dict(nnx.state(m, nnx.Not(nnx.Param))) for m in (model, twin))
@@ -334,17 +242,17 @@ def test_under_sharded_with_global_arrays():
   # global shapes), the batch is split over the mesh axis; equal to the plain step on
   # one device (no dropout).
   mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",))
-  embed = functools.partial(_embed, dropout=False)
+  embed = functools.partial(towers.embed, dropout=False)
   with jax.enable_x64(True):
-    params, batch = _params(jnp.float64), _batch(32, jnp.float64)
+    params, batch = towers.params(jnp.float64), towers.batch(32, jnp.float64)
 
     @jax.jit
     def global_step(params, batch):
       def per_shard(b, axis_name):
-        step = grad_cache(embed, _loss("clip", axis_name=axis_name), chunk_size=3)
+        step = grad_cache(embed, towers.loss("clip", axis_name=axis_name), chunk_size=3)
         return step(params, b)
       return memeff_jax.sharded(per_shard, mesh, "data")(batch)
 
     got = global_step(params, batch)
-    want = jax.jit(_plain(embed, _loss("clip"), 32))(params, batch)
-    _assert_close(got, want, 1e-10)
+    want = jax.jit(towers.plain(embed, towers.loss("clip"), 32))(params, batch)
+    towers.assert_close(got, want, 1e-10)

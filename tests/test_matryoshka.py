@@ -7,7 +7,6 @@ sample of it, covering every family, option, ladder and backend, runs by default
 """
 
 import dataclasses
-import functools
 import itertools
 
 import jax
@@ -18,17 +17,10 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import reference
-from tests._check import checkerboard, compare, features, jaxpr_eqns, sampled
-from tests.test_qwen3 import batch as qwen3_batch
+from tests.support.check import checkerboard, compare, jaxpr_eqns, kernel_path_config, sampled
+from tests.support.data import features, qwen3_batch
+from tests.support.families import BACKENDS, FAMILIES, eager_matryoshka
 
-FAMILIES = {
-    "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
-    "lit": (mj.lit_loss, reference.lit_loss_with_stats, {}),
-    "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
-              dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05)),
-    "lit_qwen3": (mj.lit_qwen3_loss, reference.lit_qwen3_loss_with_stats,
-                  dict(use_qq_negatives=True, margin=0.05)),
-}
 # (d, dims, weights): ragged ladders (no dim a multiple of 16), an aligned one with
 # weights, a single dim (the whole vector, renormalized again).
 LADDERS = {
@@ -47,7 +39,6 @@ OPTIONS = {
     "all": dict(tau_plus="rows", label_smoothing=0.05, lse_square_scale=1e-2, stable=False,
                 temperature=0.05),
 }
-BACKENDS = ["blockwise", "interpret"]
 
 
 def _arrays(family, b, d, dtype=jnp.float32, seed=0):
@@ -73,18 +64,9 @@ def _ref(ref, dims, weights, **kw):
       lambda *b, **c: ref(*b, **c), *a, dims=dims, weights=weights, **kw, **k)[0]
 
 
-def eager_ref(ref, dims, weights, **kw):
-  """The eager wrapper over the reference: the fused loss in exact math (every prefix
-  renormalized), and in 16-bit rounded as one block per dim rounds (each raw prefix
-  normalized, then rounded), so its own 16-bit error bounds that path's."""
-  def loss(*a, normalized_inputs=False, **k):
-    del normalized_inputs   # unit inputs: their prefixes are renormalized either way
-    return mj.matryoshka(lambda *b, **c: ref(*b, **c)[0], dims, weights)(*a, **kw, **k)
-  return loss
-
-
 def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None):
-  fn, ref, fam_kw = FAMILIES[family]
+  fam = FAMILIES[family]
+  fn, ref, fam_kw = fam.loss, fam.reference_with_stats, fam.options
   d, dims, weights = LADDERS[ladder]
   opts = _opts(option, b)
   t = opts.pop("temperature", 0.07)
@@ -93,7 +75,7 @@ def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None
     arrays = [reference.normalize(a) for a in arrays]
   per_dim = config is not None and config.matryoshka_per_dim
   compare(_fused(fn, dims, weights, backend=backend, config=config, **fam_kw),
-          (eager_ref if per_dim else _ref)(ref, dims, weights, **fam_kw), arrays,
+          (eager_matryoshka if per_dim else _ref)(ref, dims, weights, **fam_kw), arrays,
           temperature=t, dtype=dtype, **opts)
 
 
@@ -132,11 +114,11 @@ def test_interpret_several_tiles_and_slabs(family, path):
   # the ladder (16, 72, 200) is padded to 16-feature chunks. tiled_paired: both towers'
   # gradients from one set of coefficient slabs (suffix sums times x and y); paired:
   # the same from the FlashAttention-shaped defaults (bwd_pair alone).
-  fn, ref, fam_kw = FAMILIES[family]
+  fam = FAMILIES[family]
+  fn, ref, fam_kw = fam.loss, fam.reference_with_stats, fam.options
   b, (d, dims, weights) = 70, LADDERS["200"]
   cfg = mj.default_config(d, jnp.float32, interpret=True)
   if path != "default":
-    from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
     cfg = kernel_path_config(path, d, jnp.float32)
   compare(_fused(fn, dims, weights, backend="interpret", config=cfg, **fam_kw),
           _ref(ref, dims, weights, **fam_kw), _arrays(family, b, d), tau_plus=0.1,
@@ -147,7 +129,7 @@ def test_interpret_several_tiles_and_slabs(family, path):
 def test_fused_equals_eager_in_float64(family):
   # Fused renormalizes the unit vectors' prefixes; eager normalizes the raw prefixes:
   # the same numbers in exact math, so equal to ~1e-12 in float64 (values and grads).
-  fn, _, fam_kw = FAMILIES[family]
+  fn, fam_kw = FAMILIES[family].loss, FAMILIES[family].options
   d, dims, weights = LADDERS["200"]
   kw = dict(fam_kw, backend="blockwise", tau_plus=0.1, label_smoothing=0.1,
             lse_square_scale=1e-2)
@@ -209,14 +191,13 @@ def test_ring(family, n_dev, backend):
   # The travelling block carries its prefix tables; every device's loss and the
   # gradients equal one device's (interpret_paired: both towers' gradients of each hop
   # from one set of coefficient slabs; *_per_dim: one plain ring per dim).
-  fn, _, fam_kw = FAMILIES[family]
+  fn, fam_kw = FAMILIES[family].loss, FAMILIES[family].options
   d, dims, weights = LADDERS["48"]
   arrays = _arrays(family, 24, d)
   tau = jnp.asarray(np.random.default_rng(1).uniform(0.0, 0.4, 24), jnp.float32)
   kw = dict(fam_kw, backend=backend, matryoshka_dims=dims, matryoshka_weights=weights,
             label_smoothing=0.1, lse_square_scale=1e-2)
   if backend == "interpret_paired":
-    from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
     kw.update(backend="interpret", config=kernel_path_config("tiled_paired", d, jnp.float32))
   elif backend.endswith("_per_dim"):
     be = backend.removesuffix("_per_dim")
@@ -231,61 +212,6 @@ def test_ring(family, n_dev, backend):
   np.testing.assert_allclose(got[0], want[0], rtol=2e-6)
   for a, b in zip(got[1], want[1]):
     np.testing.assert_allclose(a, b, rtol=0, atol=2e-5 * float(np.max(np.abs(b)) + 1e-30))
-
-
-@pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_qwen3_loss])
-@pytest.mark.parametrize("kwargs,err,pattern", [
-    (dict(matryoshka_dims=()), ValueError, "matryoshka_dims must not be empty"),
-    (dict(matryoshka_dims=(4, 4, 8)), ValueError, "matryoshka_dims must be strictly increasing"),
-    (dict(matryoshka_dims=(4, 2, 8)), ValueError, "matryoshka_dims must be strictly increasing"),
-    (dict(matryoshka_dims=(0, 8)), ValueError, "matryoshka_dims must be strictly increasing "
-     "positive"),
-    (dict(matryoshka_dims=(-4, 8)), ValueError, "positive ints"),
-    (dict(matryoshka_dims=(2, 4)), ValueError, "matryoshka_dims must end at the feature size 8"),
-    (dict(matryoshka_dims=(4, 16)), ValueError, "must end at the feature size 8"),
-    (dict(matryoshka_dims=(4.0, 8)), TypeError, "matryoshka_dims must hold ints"),
-    (dict(matryoshka_dims=8), TypeError, "matryoshka_dims must be a sequence"),
-    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0,)), ValueError,
-     "matryoshka_weights must have one entry per dim \\(2\\), got 1"),
-    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("nan"))), ValueError,
-     "matryoshka_weights must be finite"),
-    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("inf"))), ValueError,
-     "matryoshka_weights must be finite"),
-    (dict(matryoshka_weights=(1.0,)), ValueError, "matryoshka_weights needs matryoshka_dims"),
-    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(True, False)), TypeError,
-     "matryoshka_weights must hold numbers, not bools"),
-])
-def test_validation(fn, kwargs, err, pattern):
-  x = jnp.ones((4, 8), jnp.float32)
-  with pytest.raises(err, match=pattern):
-    fn(x, x, backend="blockwise", **kwargs)
-  with pytest.raises(err, match=pattern):   # at trace time, under jit
-    jax.jit(lambda a: fn(a, a, backend="blockwise", **kwargs)).lower(x)
-
-
-def test_eager_validation():
-  x = jnp.ones((4, 8), jnp.float32)
-  for dims, weights, err, pattern in [
-      ((), None, ValueError, "dims must not be empty"),
-      ((4, 2), None, ValueError, "dims must be strictly increasing"),
-      ((0, 4), None, ValueError, "positive"),
-      ((2, 4), (1.0,), ValueError, "weights must have one entry per dim"),
-      ((2, 4), (1.0, float("nan")), ValueError, "weights must be finite")]:
-    with pytest.raises(err, match=pattern):
-      mj.matryoshka(mj.clip_loss, dims, weights)
-  with pytest.raises(ValueError, match="dims must not exceed the feature size 8"):
-    mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
-  with pytest.raises(ValueError, match="normalized_inputs=False"):
-    mj.matryoshka(mj.clip_loss, (4, 8))(x, x, normalized_inputs=True, backend="blockwise")
-
-
-def test_eager_refuses_bound_normalized_inputs_and_stats_functions():
-  x = jnp.ones((4, 8), jnp.float32)
-  with pytest.raises(ValueError, match="got loss_fn.normalized_inputs=True"):
-    mj.matryoshka(functools.partial(mj.clip_loss, normalized_inputs=True), (4, 8))
-  with pytest.raises(TypeError, match="loss_fn must return the loss, a scalar array, got "
-                                      "tuple.*not a \\*_with_stats one"):
-    mj.matryoshka(mj.clip_loss_with_stats, (4, 8))(x, x, backend="blockwise")
 
 
 def test_eager_slices_hard_negatives_by_keyword_and_not_tau():
@@ -327,7 +253,7 @@ def _per_dim_config(backend, d, dtype=jnp.float32):
 
 
 # One plain block per dim on each dim's renormalized prefixes (the GPU default),
-# against the eager reference (see eager_ref). The first five run by default.
+# against the eager reference (see eager_matryoshka). The first five run by default.
 @pytest.mark.parametrize("family,option,ladder,backend", sampled([
     ("clip", "all", "48", "interpret"), ("lit", "tau_rows", "200", "blockwise"),
     ("qwen3", "smoothing", "200", "interpret"), ("lit_qwen3", "zloss", "64", "interpret"),
@@ -346,7 +272,7 @@ def test_per_dim_bf16(family):
 
 def test_per_dim_equals_one_block_with_where_and_stats():
   # where= and every stat (per-dim losses, lse, accuracy) as the one-block path gives them.
-  fn, _, kw = FAMILIES["qwen3"]
+  kw = FAMILIES["qwen3"].options
   d, dims, weights = LADDERS["200"]
   arrays = _arrays("qwen3", 30, d)
   w = np.ones(30, bool)

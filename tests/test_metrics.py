@@ -9,8 +9,9 @@ import pytest
 from jax.sharding import Mesh
 
 import memeff_jax as mj
-from tests._check import kernel_path_config
-from tests.test_qwen3 import batch as qwen3_batch
+from tests.support.check import kernel_path_config
+from tests.support.data import qwen3_batch
+from tests.support.oracle import count_pairs, count_qwen3
 
 
 def _unit(v):
@@ -26,29 +27,6 @@ def _pairs(seed, b, d, noise):
   return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
-def _count_pairs(x, y):
-  """Dense count: row i is a hit iff s_ii > s_ij for every j != i (rows; columns)."""
-  s = _unit(x) @ _unit(y).T
-  pos = np.diag(s)
-  off = s - np.diag(np.full(len(s), np.inf))
-  return float(np.mean(pos > off.max(axis=1))), float(np.mean(pos > off.max(axis=0)))
-
-
-def _count_qwen3(q, d, h, margin, qq, dd):
-  q, d, h = _unit(q), _unit(d), _unit(h)
-  b = len(q)
-  pos = np.sum(q * d, axis=-1)
-  hits = []
-  for i in range(b):
-    cands = [q[i] @ d[j] for j in range(b) if j != i]
-    cands += [q[i] @ q[j] for j in range(b) if j != i and qq]
-    cands += [d[i] @ d[j] for j in range(b) if j != i and dd]
-    cands += list(h[i] @ q[i])
-    kept = [c for c in cands if c <= pos[i] + margin + 2.0**-10]   # tie tolerance
-    hits.append(not kept or pos[i] > max(kept))
-  return float(np.mean(hits))
-
-
 CONFIGS = ["blockwise", "reference", "interpret", "partials", "col_pass", "tiled"]
 
 
@@ -61,7 +39,7 @@ def _backend(which, d):
 @pytest.mark.parametrize("which", CONFIGS)
 def test_clip_and_lit(which):
   x, y = _pairs(0, 45, 24, 1.2)
-  want_row, want_col = _count_pairs(x, y)
+  want_row, want_col = count_pairs(x, y)
   assert 0.2 < want_row < 0.9   # the test can fail both ways
   _, st = mj.clip_loss_with_stats(x, y, **_backend(which, 24))
   np.testing.assert_allclose([st.accuracy_row, st.accuracy_col], [want_row, want_col])
@@ -75,13 +53,13 @@ def test_clip_and_lit(which):
                                           (0.1, False, False)])
 def test_qwen3(which, margin, qq, dd):
   q, d, h = qwen3_batch(3, 40, 24, 3)
-  want = _count_qwen3(q, d, h, margin, qq, dd)
+  want = count_qwen3(q, d, h, margin, qq, dd)
   _, st = mj.qwen3_loss_with_stats(q, d, h, margin=margin, use_qq_negatives=qq,
                                    use_dd_negatives=dd, **_backend(which, 24))
   np.testing.assert_allclose(st.accuracy_row, want)
   _, st = mj.lit_qwen3_loss_with_stats(q, d, h, margin=margin, use_qq_negatives=qq,
                                        **_backend(which, 24))
-  np.testing.assert_allclose(st.accuracy_row, _count_qwen3(q, d, h, margin, qq, False))
+  np.testing.assert_allclose(st.accuracy_row, count_qwen3(q, d, h, margin, qq, False))
 
 
 @pytest.mark.parametrize("which", ["blockwise", "reference", "interpret"])
@@ -89,7 +67,7 @@ def test_matryoshka_per_dim(which):
   x, y = _pairs(1, 33, 40, 1.0)
   dims = (8, 24, 40)
   _, st = mj.clip_loss_with_stats(x, y, matryoshka_dims=dims, **_backend(which, 40))
-  want = np.array([_count_pairs(x[:, :m], y[:, :m]) for m in dims])
+  want = np.array([count_pairs(x[:, :m], y[:, :m]) for m in dims])
   np.testing.assert_allclose(st.accuracy_row, want[:, 0])
   np.testing.assert_allclose(st.accuracy_col, want[:, 1])
 
@@ -101,13 +79,13 @@ def test_through_the_ring(backend, n_dev):
   f = mj.sharded(lambda a, b, axis_name: mj.clip_loss_with_stats(
       a, b, axis_name=axis_name, backend=backend), mesh, "batch")
   _, st = jax.jit(f)(x, y)
-  np.testing.assert_allclose([st.accuracy_row, st.accuracy_col], _count_pairs(x, y))
+  np.testing.assert_allclose([st.accuracy_row, st.accuracy_col], count_pairs(x, y))
   q, d, h = qwen3_batch(4, 32, 16, 2)
   g = mj.sharded(lambda a, b, c, axis_name: mj.qwen3_loss_with_stats(
       a, b, c, use_qq_negatives=True, margin=0.05, axis_name=axis_name, backend=backend),
       mesh, "batch")
   _, st = jax.jit(g)(q, d, h)
-  np.testing.assert_allclose(st.accuracy_row, _count_qwen3(q, d, h, 0.05, True, False))
+  np.testing.assert_allclose(st.accuracy_row, count_qwen3(q, d, h, 0.05, True, False))
 
 
 def test_no_gradient_through_accuracy():

@@ -10,10 +10,11 @@ from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
 from memeff_jax.config import KernelConfig
 from memeff_jax.backends.triton import backend as launch
 from memeff_jax.backends.triton.backward import SHARED_SPAN
-from tests._check import kernel_path_config, sampled
-from tests._tolerances import FP32, LOW, grad_err, rel_err
-
-BACKENDS = ["blockwise", "interpret"]
+from tests.support.check import kernel_path_config, sampled
+from tests.support.data import BOUNDED_CASES, graded_rows
+from tests.support.families import BACKENDS, FAMILIES
+from tests.support.oracle import block_lse64
+from tests.support.tolerances import FP32, LOW, grad_err, rel_err
 
 
 def _unit(v):
@@ -105,19 +106,6 @@ def test_tiny_loss_is_accurate():
     assert 0 < ref < 1e-6 and abs(v - ref) <= 1e-4 * ref, (v, ref)
 
 
-def _graded_rows(seed, b, d, cos_lo, cos_hi):
-  # Every text leans on one direction m (cos ~0.7); image i's cosine to m runs evenly
-  # over [cos_lo, cos_hi], so rows' log-sum-exps over their negatives spread apart.
-  r = np.random.default_rng(seed)
-  m = _unit(r.standard_normal(d))
-  y = _unit(0.7 * m + 0.7 * _unit(r.standard_normal((b, d))))
-  w = r.standard_normal((b, d))
-  w = _unit(w - (w @ m)[:, None] * m)
-  c = np.linspace(cos_lo, cos_hi, b)[:, None]
-  return (jnp.asarray(_unit(c * m + np.sqrt(1 - c * c) * w), jnp.float32),
-          jnp.asarray(y, jnp.float32))
-
-
 def _lse_span(x, y, t):
   # Largest minus smallest row and column log2-sum-exp over the negatives (the kernels'
   # statistics; the positives are added outside them) of z = s / t * log2(e): what
@@ -139,7 +127,7 @@ def _lse_span(x, y, t):
                                                     (0.25, 0.8, 0.01, True),
                                                     (-0.9, 0.9, 0.005, False)])
 def test_gradient_shared_exponential(cos_lo, cos_hi, t, shared, path):
-  x, y = _graded_rows(6, 48, 64, cos_lo, cos_hi)
+  x, y = graded_rows(6, 48, 64, cos_lo, cos_hi)
   assert (_lse_span(x, y, t) <= SHARED_SPAN) == shared, _lse_span(x, y, t)
   cfg = None if path == "default" else kernel_path_config(path, 64, jnp.float32)
   for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
@@ -149,32 +137,16 @@ def test_gradient_shared_exponential(cos_lo, cos_hi, t, shared, path):
            val_rtol=1e-5, grad_tol=1e-4)
 
 
-def _block_lse64(x, y, t):
-  # Row and column log-sum-exps (natural units) over CLIP's negatives of s / t, float64.
-  z = np.asarray(x, np.float64) @ np.asarray(y, np.float64).T / t
-  np.fill_diagonal(z, -np.inf)
-  lse = lambda a: np.log(np.sum(np.exp(z - z.max(a, keepdims=True)), a)) + z.max(a)
-  return lse(1), lse(0)
-
-
-# (rows, t, exact): the tiled forward's bounded sums against one shift are exact for
-# ordinary rows; for rows whose every logit lies far below the scale they underflow
-# (cold), and rows longer than one (normalized_inputs=True, not unit) overflow: there
-# the exact forward reruns. The premise is asserted, so each case keeps its branch.
-BOUNDED_CASES = [((0.4, 0.8, 1.0), 0.07, True), ((-0.9, 0.9, 1.0), 0.005, False),
-                 ((0.4, 0.8, 3.0), 0.07, False)]
-
-
 @pytest.mark.parametrize("rows,t,exact", BOUNDED_CASES)
 def test_forward_bounded_shift(rows, t, exact):
   cos_lo, cos_hi, length = rows
-  x, y = (length * v for v in _graded_rows(7, 48, 64, cos_lo, cos_hi))
+  x, y = (length * v for v in graded_rows(7, 48, 64, cos_lo, cos_hi))
   cfg = kernel_path_config("tiled", 64, jnp.float32)
   assert cfg.fwd_bounded
   lse_r, lse_c, _, _ = launch.lse_fwd(x, y, jnp.float32(1 / t), None, (0, 0), two_sided=True,
                                       exclude_self=True, config=cfg, interpret=True,
                                       bounded=True, want_max=False)
-  ref_r, ref_c = _block_lse64(x, y, t)
+  ref_r, ref_c = block_lse64(x, y, t)
   close = lambda a, b: np.allclose(np.asarray(a, np.float64), b, rtol=1e-5)
   assert (close(lse_r, ref_r) and close(lse_c, ref_c)) == exact
   for fn, ref in [(clip_loss, reference.clip_loss), (lit_loss, reference.lit_loss)]:
@@ -189,9 +161,8 @@ def test_forward_bounded_shift(rows, t, exact):
 # (dtype, scale): the sum of squares of such a row overflows the dtype. bf16's scale is
 # 2^100 ~ 1.3e30 so that c * x is exact in bf16 (1e30 * x would round differently from x).
 HUGE = {"float32": 1e20, "bfloat16": 2.0**100, "float64": 1e200}
-_FAMILIES = {"clip": clip_loss, "lit": lit_loss,
-             "qwen3": lambda q, d, h, **kw: qwen3_loss(q, d, h, use_qq_negatives=True,
-                                                       margin=0.2, **kw)}
+# Qwen3 with its query-query group and a margin, so the mask sees the huge rows too.
+_QWEN3_OPTIONS = dict(use_qq_negatives=True, margin=0.2)
 
 
 # (family, dtype, backend, matryoshka_dims, normalized_inputs, per_dim): a sample over
@@ -222,7 +193,8 @@ def test_huge_rows_are_scale_invariant(family, dtype, backend, dims, normalized,
   kw = dict(backend=backend, matryoshka_dims=dims, normalized_inputs=normalized)
   if per_dim:
     kw["config"] = KernelConfig(matryoshka_per_dim=True)
-  fn = lambda *a: _FAMILIES[family](*a, **kw)
+  opts = _QWEN3_OPTIONS if family == "qwen3" else {}
+  fn = lambda *a: FAMILIES[family].loss(*a, **opts, **kw)
   with jax.enable_x64(dtype == "float64"):
     small = [jnp.asarray(a, dtype) for a in arrays]
     big = [jnp.asarray(c * np.asarray(a, np.float64), dtype) for a in small]

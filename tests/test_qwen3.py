@@ -11,26 +11,11 @@ import pytest
 
 from memeff_jax import (lit_qwen3_loss, lit_qwen3_loss_with_stats, qwen3_loss,
                         qwen3_loss_with_stats, reference)
-from tests._check import checkerboard, compare, kernel_path_config, sampled
+from tests.support.check import checkerboard, compare, kernel_path_config, sampled
+from tests.support.data import qwen3_batch, with_exact_ties
+from tests.support.families import BACKENDS
 
-BACKENDS = ["blockwise", "interpret"]
 DTYPES = (jnp.float32, jnp.bfloat16)
-
-
-def batch(seed, b, d, k, dtype=jnp.float32):
-  """Queries, positives and hard negatives with near-duplicates, so that the
-  false-negative mask drops some entries of every group (decisively: the gaps to the
-  threshold are ~0.01, far above rounding)."""
-  r = np.random.default_rng(seed)
-  unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)
-  q = unit(r.standard_normal((b, d)))
-  doc = unit(q + 0.6 * unit(r.standard_normal((b, d))))
-  dup = r.permutation(b)[: b // 3]           # rows that nearly copy another row
-  src = r.integers(0, b, len(dup))
-  q[dup] = unit(q[src] + 0.15 * unit(r.standard_normal((len(dup), d))))
-  doc[dup] = unit(doc[src] + 0.15 * unit(r.standard_normal((len(dup), d))))
-  h = unit(doc[:, None, :] + 0.5 * unit(r.standard_normal((b, k, d))))
-  return [jnp.asarray(v, jnp.float32).astype(dtype) for v in (q, doc, h)]
 
 
 def _call(lit, backend, **opts):
@@ -60,7 +45,7 @@ _GROUP_CASES = [(be, lit, qq, dd, k, margin) for be in BACKENDS
         (c[1:4], _FAMILY_GROUPS), (c[4], _KS), (c[5], _MARGINS), mod=3,
         residue=BACKENDS.index(c[0]))))
 def test_groups(backend, lit, qq, dd, k, margin):
-  q, doc, h = batch(k, 33, 24, k)
+  q, doc, h = qwen3_batch(k, 33, 24, k)
   opts = dict(margin=margin, use_qq_negatives=qq)
   if not lit:
     opts["use_dd_negatives"] = dd
@@ -74,7 +59,7 @@ def test_groups(backend, lit, qq, dd, k, margin):
 def test_tiled_path(lit, k, dtype):
   # The tiled forward and gradient (slabs of GEMM tiles) on every group, thresholds
   # and the symmetric q-q / d-d blocks, over several slabs.
-  q, doc, h = batch(7 + k, 70, 40, k, dtype)
+  q, doc, h = qwen3_batch(7 + k, 70, 40, k, dtype)
   opts = dict(margin=0.05, use_qq_negatives=True, tau_plus=0.05, label_smoothing=0.1)
   if not lit:
     opts["use_dd_negatives"] = True
@@ -110,7 +95,7 @@ _OPTION_FACTORS = (BACKENDS, [False, True], OPTIONS, [0.05, 2.0])
     lambda i, c: checkerboard(*zip(c, _OPTION_FACTORS))))
 def test_options(backend, lit, option, margin):
   b = 40
-  q, doc, h = batch(7, b, 24, 3)
+  q, doc, h = qwen3_batch(7, b, 24, 3)
   opts = dict(OPTIONS[option])
   if opts.get("tau_plus") == "rows":
     opts["tau_plus"] = _tau_rows(b)
@@ -134,7 +119,7 @@ SHAPES = [(b, d) for b, d in itertools.product([1, 7, 129], [1, 16, 40, 72, 384]
     lambda i, c: c[1:] == (jnp.float32, 1000, 384) if (c[0] == "interpret" and c[2] == 1000)
     else checkerboard((c[0], BACKENDS), (c[1], DTYPES), ((c[2], c[3]), SHAPES))))
 def test_shapes(backend, dtype, b, d):
-  q, doc, h = batch(b + d, b, d, 2, dtype)
+  q, doc, h = qwen3_batch(b + d, b, d, 2, dtype)
   opts = dict(use_qq_negatives=True, use_dd_negatives=True)
   compare(_call(False, backend, **opts), _ref(False, **opts), [q, doc, h], dtype=dtype,
           grad_floor=1 / 0.07 if d == 1 else 1e-6)
@@ -142,7 +127,7 @@ def test_shapes(backend, dtype, b, d):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_locked_gradients_are_exactly_zero(backend):
-  q, doc, h = batch(3, 30, 16, 4)
+  q, doc, h = qwen3_batch(3, 30, 16, 4)
   gd, gh = jax.jit(jax.grad(lambda q, d, h: lit_qwen3_loss(
       q, d, h, use_qq_negatives=True, label_smoothing=0.1, backend=backend),
                             argnums=(1, 2)))(q, doc, h)
@@ -152,7 +137,7 @@ def test_locked_gradients_are_exactly_zero(backend):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_stats(backend):
-  q, doc, h = batch(5, 30, 16, 2)
+  q, doc, h = qwen3_batch(5, 30, 16, 2)
   kw = dict(use_qq_negatives=True, tau_plus=0.1, lse_square_scale=0.01)
   (loss, st), (rloss, rst) = (qwen3_loss_with_stats(q, doc, h, backend=backend, **kw),
                               reference.qwen3_loss_with_stats(q, doc, h, **kw))
@@ -166,31 +151,10 @@ def test_stats(backend):
 
 def test_mask_matters():
   # The batch has near-duplicates: margins that keep and drop them differ.
-  q, doc, h = batch(0, 33, 24, 2)
+  q, doc, h = qwen3_batch(0, 33, 24, 2)
   a = qwen3_loss(q, doc, h, margin=0.05, use_qq_negatives=True, backend="blockwise")
   b = qwen3_loss(q, doc, h, margin=2.0, use_qq_negatives=True, backend="blockwise")
   assert float(a) < float(b) - 1e-2
-
-
-def _with_exact_ties(b, d, dtype, dims=(8, 24)):
-  """batch() with rows 1 and 5 duplicated (q and d) and every row's first hard negative
-  equal to its positive: candidates whose similarity is the positive's in exact math.
-  Every other candidate is >= 1e-2 away from its positive at every prefix (asserted):
-  a 16-bit path rounds similarities by up to ~4e-3 (bf16 renormalized prefixes), which
-  may move a near-tie across the margin, a discontinuity no tolerance covers (seed 4 of
-  batch() has one at 5e-4)."""
-  q, doc, h = (np.array(v, np.float32) for v in batch(0, b, d, 2))
-  q[5], doc[5] = q[1], doc[1]
-  h[:, 0] = doc
-  out = [jnp.asarray(v).astype(dtype) for v in (q, doc, h)]
-  for m in dims:
-    unit = lambda v: v[..., :m] / np.linalg.norm(v[..., :m], axis=-1, keepdims=True)
-    qu, du, hu = (unit(np.asarray(v, np.float64)) for v in out)
-    p = np.sum(qu * du, -1)[:, None]
-    for s in (qu @ du.T, qu @ qu.T, np.einsum("id,ikd->ik", qu, hu)):
-      gap = np.abs(s - p)
-      assert np.all((gap < 1e-9) | (gap >= 1e-2)), gap[gap >= 1e-9].min()
-  return out
 
 
 # (backend, lit, dtype, dims, per_dim): margin = 0 keeps every exact tie (docs/math.md §6:
@@ -205,7 +169,7 @@ def _with_exact_ties(b, d, dtype, dims=(8, 24)):
 ])
 def test_exact_ties_with_the_positive_are_kept(backend, lit, dtype, dims, per_dim):
   from memeff_jax.config import KernelConfig
-  q, doc, h = _with_exact_ties(12, 24, dtype)
+  q, doc, h = with_exact_ties(12, 24, dtype)
   kw = dict(margin=0.0, use_qq_negatives=True, matryoshka_dims=dims)
   cfg = KernelConfig(matryoshka_per_dim=True) if per_dim else None
   fn = lit_qwen3_loss if lit else qwen3_loss

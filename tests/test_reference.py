@@ -10,7 +10,7 @@ import pytest
 from jax.test_util import check_grads
 
 from memeff_jax import reference
-from tests import _naive
+from tests.support import oracle
 
 
 def _rand(seed, *shape):
@@ -52,7 +52,7 @@ def test_clip_lit_vs_loops(lit, opts, b, d, t):
     with pytest.raises(ValueError, match="tau_plus needs negatives"):
       fn(jnp.asarray(x), jnp.asarray(y), tau_plus=tau)
     return
-  expect, z = _naive.clip(x, y, t, tau=tau, eps=opts.get("eps", 0.0),
+  expect, z = oracle.clip(x, y, t, tau=tau, eps=opts.get("eps", 0.0),
                           z_scale=opts.get("z_scale", 0.0),
                           normalized=opts.get("normalized", False), lit=lit)
   with jax.enable_x64(True):
@@ -83,7 +83,7 @@ def test_qwen3_vs_loops(lit, opts):
   tau = opts.get("tau")
   if tau == "rows":
     tau = np.random.default_rng(2).uniform(0, 0.5, b)
-  expect, _ = _naive.qwen3(q, doc, h, t, margin, qq=opts.get("qq", False),
+  expect, _ = oracle.qwen3(q, doc, h, t, margin, qq=opts.get("qq", False),
                            dd=opts.get("dd", False), tau=tau, eps=opts.get("eps", 0.0),
                            z_scale=opts.get("z_scale", 0.0))
   with jax.enable_x64(True):
@@ -107,8 +107,8 @@ def test_qwen3_mask_drops_entries():
   with jax.enable_x64(True):
     full = reference.qwen3_loss(jnp.asarray(q), jnp.asarray(doc), temperature=0.1, margin=2.0)
     masked = reference.qwen3_loss(jnp.asarray(q), jnp.asarray(doc), temperature=0.1, margin=0.0)
-  np.testing.assert_allclose(masked, _naive.qwen3(q, doc, None, 0.1, 0.0)[0], rtol=1e-10)
-  np.testing.assert_allclose(full, _naive.qwen3(q, doc, None, 0.1, 2.0)[0], rtol=1e-10)
+  np.testing.assert_allclose(masked, oracle.qwen3(q, doc, None, 0.1, 0.0)[0], rtol=1e-10)
+  np.testing.assert_allclose(full, oracle.qwen3(q, doc, None, 0.1, 2.0)[0], rtol=1e-10)
   # row 1's positive (0 cosine) sits below q_1 . d_0: masked
   assert float(masked) < float(full) - 1e-3
 
@@ -136,7 +136,7 @@ def test_debias_formula_written_out():
   t, tau = 0.5, 0.1
   x = y = jnp.array([[1.0, 0.0], [0.9, 0.1 * math.sqrt(19)], [-1.0, 0.0]])
   with jax.enable_x64(True):
-    x, y = (jnp.asarray(_naive.normalize(np.asarray(v))) for v in (x, y))
+    x, y = (jnp.asarray(oracle.normalize(np.asarray(v))) for v in (x, y))
     s = x @ y.T
     n = 2
     ells, clamped = [], []
@@ -171,7 +171,7 @@ def test_temperature_gradient_matches_math():
   with jax.enable_x64(True):
     x, y = x.astype(jnp.float64), y.astype(jnp.float64)
     g = jax.grad(lambda t: reference.lit_loss(x, y, temperature=t, stable=False))(t)
-    xn, yn = _naive.normalize(np.asarray(x)), _naive.normalize(np.asarray(y))
+    xn, yn = oracle.normalize(np.asarray(x)), oracle.normalize(np.asarray(y))
     s = xn @ yn.T
     p = np.exp(s / t) / np.exp(s / t).sum(1, keepdims=True)
     expect = np.mean((np.diag(s) - (p * s).sum(1)) / t**2)
@@ -206,7 +206,7 @@ def test_reference_gradients_numerically():
 
 
 def _prefix_unit(v, m):
-  return _naive.normalize(np.asarray(v, np.float64)[..., :m])
+  return oracle.normalize(np.asarray(v, np.float64)[..., :m])
 
 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
@@ -222,7 +222,7 @@ def test_matryoshka_fused_and_eager(family):
     eager = reference.matryoshka(fn, dims, w)(*args, **kw)
     # Fused: every prefix of the normalized features renormalized; eager: the raw slices
     # normalized by the base loss. Equal in exact math.
-    per_dim = sum(wk * fn(*[jnp.asarray(_prefix_unit(_naive.normalize(a), m)) for a in args],
+    per_dim = sum(wk * fn(*[jnp.asarray(_prefix_unit(oracle.normalize(a), m)) for a in args],
                           normalized_inputs=True, **kw) for m, wk in zip(dims, w))
     np.testing.assert_allclose(fused, per_dim, rtol=1e-12)
     np.testing.assert_allclose(eager, fused, rtol=1e-12)
@@ -239,15 +239,3 @@ def test_matryoshka_fused_renormalizes_even_normalized_inputs():
   assert abs(float(fused) - float(plain)) > 1e-3
 
 
-def test_matryoshka_validation():
-  with pytest.raises(ValueError, match="strictly increasing"):
-    reference.matryoshka(reference.clip_loss, (4, 2))
-  with pytest.raises(ValueError, match="one entry per dim"):
-    reference.matryoshka(reference.clip_loss, (2, 4), weights=(1.0,))
-  x = jnp.ones((2, 4))
-  with pytest.raises(ValueError, match="dims must not exceed the feature size 4"):
-    reference.matryoshka(reference.clip_loss, (2, 8))(x, x)
-  with pytest.raises(ValueError, match="normalized_inputs"):
-    reference.matryoshka(reference.clip_loss, (2, 4))(x, x, normalized_inputs=True)
-  with pytest.raises(ValueError, match="dims must end at the feature size 4"):
-    reference.matryoshka_fused(reference.clip_loss, x, x, dims=(2,))

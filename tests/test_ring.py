@@ -17,22 +17,12 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
 from memeff_jax.backends.triton import backend as launch
-from tests._check import kernel_path_config, sampled
-from tests._tolerances import grad_err, rel_err
-from tests.test_numerics import _block_lse64
+from tests.support.check import kernel_path_config, sampled
+from tests.support.data import ring_batch
+from tests.support.oracle import block_lse64
+from tests.support.tolerances import grad_err, rel_err
 
 B, D, K = 24, 12, 2
-
-
-def _data():
-  r = np.random.default_rng(0)
-  unit = lambda v: v / np.linalg.norm(v, axis=-1, keepdims=True)
-  q = unit(r.standard_normal((B, D)))
-  d = unit(q + 0.5 * r.standard_normal((B, D)))
-  d[5] = unit(d[3] + 0.1 * r.standard_normal(D))      # near-duplicates for the mask
-  h = unit(d[:, None] + 0.6 * r.standard_normal((B, K, D)))
-  tau = r.uniform(0.0, 0.4, B)
-  return [jnp.asarray(v, jnp.float32) for v in (q, d, h, tau)]
 
 
 CASES = {
@@ -52,7 +42,7 @@ CASES = {
 
 def _setup(case, backend):
   fn, n_arrays, opts = CASES[case]
-  q, d, h, tau = _data()
+  q, d, h, tau = ring_batch(B, D, K)
   arrays = [q, d, h][:n_arrays]
   kw = dict(opts, backend=backend)
   if kw.get("tau_plus") == "rows":
@@ -147,7 +137,7 @@ def test_bounded_forward_reruns_on_every_device():
   t = 0.005
   fn, arrays, kw = _setup("clip", "interpret")
   kw["config"] = kernel_path_config("tiled", D, jnp.float32)
-  lse_r, lse_c = _block_lse64(*arrays, t)
+  lse_r, lse_c = block_lse64(*arrays, t)
   low = (np.minimum(lse_r, lse_c) < launch.fwd_floor(1 / t)).reshape(4, -1).any(axis=1)
   assert low.any() and not low.all(), low
   loss = mj.sharded(lambda *a, temperature, axis_name: fn(
@@ -158,7 +148,7 @@ def test_bounded_forward_reruns_on_every_device():
 
 
 def test_every_device_returns_the_global_loss():
-  q, d, _, _ = _data()
+  q, d, _, _ = ring_batch(B, D, K)
   run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",
                                                 backend="blockwise")[None],
                       mesh=_mesh(4), in_specs=(P("batch"), P("batch")),
@@ -168,7 +158,7 @@ def test_every_device_returns_the_global_loss():
 
 
 def test_with_stats_through_sharded():
-  q, d, _, _ = _data()
+  q, d, _, _ = ring_batch(B, D, K)
   f = mj.sharded(mj.clip_loss_with_stats, _mesh(4), "batch")
   (loss, stats) = jax.jit(lambda a, b: f(a, b, backend="blockwise", lse_square_scale=1e-2))(q, d)
   rloss, rstats = mj.clip_loss_with_stats(q, d, backend="blockwise", lse_square_scale=1e-2)
@@ -212,7 +202,7 @@ def test_two_process_jax_distributed():
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
-  worker = os.path.join(os.path.dirname(__file__), "helpers", "distributed_worker.py")
+  worker = os.path.join(os.path.dirname(__file__), "support", "distributed_worker.py")
   env = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))] + sys.path))
   env.pop("XLA_FLAGS", None)

@@ -3,6 +3,8 @@ mesh axis or a tuple of them, on meshes from ``Mesh(...)`` and ``jax.make_mesh``
 (Explicit or Auto axes), with global arrays sharded any way or not; numpy per-row
 arrays are split like jax arrays; per-row statistics come back global."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -10,16 +12,12 @@ import pytest
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
 import memeff_jax as mj
-from tests._tolerances import grad_err, rel_err
+from tests.support.data import towers
+from tests.support.tolerances import grad_err, rel_err
 
 B, D = 8, 16
-
-
-def _data():
-  r = np.random.default_rng(0)
-  x = r.standard_normal((B, D))
-  y = x + 0.5 * r.standard_normal((B, D))
-  return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32), r.uniform(0.0, 0.4, B)
+# x, y and a per-row tau_plus kept as numpy float64 (split like a jax array).
+_data = functools.partial(towers, B, D, noise=0.5, tau_max=0.4, numpy_tau=True)
 
 
 def _one_device(fn, x, y, **kw):

@@ -19,13 +19,11 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import reference
-from tests._tolerances import FP32, grad_err, rel_err
-from tests.test_matryoshka import FAMILIES as _LOSSES
-from tests.test_qwen3 import batch as qwen3_batch
+from tests.support.check import kernel_path_config
+from tests.support.data import qwen3_batch, where_mask
+from tests.support.families import ALL_BACKENDS, FAMILIES
+from tests.support.tolerances import FP32, grad_err, rel_err
 
-# test_matryoshka's families (dense reference, options), with the *_with_stats form.
-FAMILIES = {name: (getattr(mj, fn.__name__ + "_with_stats"), ref, kw)
-            for name, (fn, ref, kw) in _LOSSES.items()}
 OPTIONS = {
     "plain": {},
     "tau_rows": dict(tau_plus="rows", label_smoothing=0.1),
@@ -33,16 +31,7 @@ OPTIONS = {
     "mrl": dict(matryoshka_dims=(8, 24), matryoshka_weights=(0.5, 1.0), tau_plus=0.1,
                 label_smoothing=0.05),
 }
-BACKENDS = ["reference", "blockwise", "interpret"]
 B, D = 19, 24
-
-
-def _mask(b, seed=0):
-  """About a third of the rows removed, first and last included (edges of tiles)."""
-  w = np.random.default_rng(seed).uniform(size=b) > 0.35
-  w[0] = w[-1] = False
-  w[1] = True
-  return w
 
 
 def _arrays(family, b, d=D, seed=0):
@@ -68,7 +57,7 @@ def _value_and_grads(fn, arrays, t, kw):
 
 def _oracle(family, arrays, t, opts, w):
   """float64 reference on the kept rows: (loss, stats), grads (scattered back)."""
-  _, ref, fam_kw = FAMILIES[family]
+  ref, fam_kw = FAMILIES[family].reference_with_stats, FAMILIES[family].options
   opts = dict(opts)
   dims, weights = opts.pop("matryoshka_dims", None), opts.pop("matryoshka_weights", None)
   if np.ndim(opts.get("tau_plus", 0.0)) == 1:
@@ -89,11 +78,11 @@ def _oracle(family, arrays, t, opts, w):
 
 
 def _check(family, option, backend, b=B, w=None):
-  fn, _, fam_kw = FAMILIES[family]
+  fn, fam_kw = FAMILIES[family].with_stats, FAMILIES[family].options
   opts = _opts(option, b)
   t = opts.pop("temperature", 0.07)
   arrays = _arrays(family, b)
-  w = _mask(b) if w is None else w
+  w = where_mask(b) if w is None else w
   (val, stats), grads = _value_and_grads(
       lambda *a, **k: fn(*a, where=w, backend=backend, **fam_kw, **k), arrays,
       jnp.float32(t), opts)
@@ -110,7 +99,7 @@ def _check(family, option, backend, b=B, w=None):
 
 
 def _product():
-  cases = list(itertools.product(FAMILIES, OPTIONS, BACKENDS))
+  cases = list(itertools.product(FAMILIES, OPTIONS, ALL_BACKENDS))
   return [case if i % 4 == 0 or case[1] == "mrl" else pytest.param(*case, marks=pytest.mark.slow)
           for i, case in enumerate(cases)]
 
@@ -124,13 +113,12 @@ def test_where_equals_kept_rows(family, option, backend):
 def test_where_across_tiles_and_slabs(backend):
   # 70 rows over several row and column tiles (tiled kernels, 1 KiB slabs) with runs of
   # removed rows that empty whole tiles.
-  w = _mask(70, seed=1)
+  w = where_mask(70, seed=1)
   w[16:40] = False
   cfg = None
   if backend == "interpret":
-    from tests._check import kernel_path_config  # pylint: disable=g-import-not-at-top
     cfg = kernel_path_config("tiled", D, jnp.float32)
-  fn, _, _ = FAMILIES["clip"]
+  fn = FAMILIES["clip"].with_stats
   arrays = _arrays("clip", 70)
   (val, _), grads = _value_and_grads(
       lambda *a, **k: fn(*a, where=w, backend=backend, config=cfg, **k), arrays,
@@ -150,7 +138,7 @@ def test_where_all_kept_is_the_plain_loss():
 def test_removed_rows_may_hold_anything():
   # Padding rows full of NaN or huge values change nothing and get zero gradients.
   x, y = _arrays("clip", B)
-  w = _mask(B)
+  w = where_mask(B)
   bad_x = x.at[~w].set(jnp.nan)
   bad_y = y.at[~w].set(1e30)
   want = mj.clip_loss(x, y, where=w, backend="blockwise")
@@ -160,7 +148,7 @@ def test_removed_rows_may_hold_anything():
   assert all(np.all(np.isfinite(g)) and not np.any(np.asarray(g)[~w]) for g in grads)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_nothing_kept_or_nothing_to_debias_is_nan(backend):
   x, y = _arrays("clip", B)
   none = np.zeros(B, bool)
@@ -178,7 +166,7 @@ def test_nothing_kept_or_nothing_to_debias_is_nan(backend):
 def test_where_with_hard_negatives_and_matryoshka_wrapper():
   # Hard negatives of removed rows go too; the eager wrapper passes where= through.
   q, d, h = _arrays("qwen3", B)
-  w = _mask(B)
+  w = where_mask(B)
   dims = (8, 24)
   got = mj.matryoshka(mj.qwen3_loss, dims)(q, d, h, where=w, backend="blockwise")
   want = mj.matryoshka(mj.qwen3_loss, dims)(q[w], d[w], h[w], backend="blockwise")
@@ -195,27 +183,17 @@ def test_where_does_not_recompile():
 
   x, y = _arrays("clip", B)
   for seed in range(3):
-    step(x, y, _mask(B, seed))
+    step(x, y, where_mask(B, seed))
   assert len(traces) == 1
-
-
-def test_where_validation():
-  x, y = _arrays("clip", B)
-  with pytest.raises(TypeError, match="where must be a bool"):
-    mj.clip_loss(x, y, where=np.ones(B, np.float32), backend="blockwise")
-  with pytest.raises(ValueError, match=r"where must have shape \(batch,\)"):
-    mj.clip_loss(x, y, where=np.ones(B + 1, bool), backend="blockwise")
-  with pytest.raises(TypeError, match="where must be a bool"):
-    mj.clip_loss(x, y, where=[True] * B, backend="blockwise")
 
 
 # ------------------------------------------------------------------ the ring, sharded
 def _sharded_check(family, devices, b, backend, option="plain"):
-  fn, _, fam_kw = FAMILIES[family]
+  fn, fam_kw = FAMILIES[family].with_stats, FAMILIES[family].options
   opts = _opts(option, b)
   t = opts.pop("temperature", 0.07)
   arrays = _arrays(family, b)
-  w = _mask(b, seed=devices)
+  w = where_mask(b, seed=devices)
   mesh = Mesh(np.array(jax.devices()[:devices]), ("batch",))
   f = mj.sharded(fn, mesh, "batch")
   (val, stats), grads = _value_and_grads(
@@ -264,20 +242,10 @@ def test_sharded_1001_rows_on_8_devices():
     assert g.shape == (b, 16) and grad_err(g, rg) <= 2e-5
 
 
-def test_sharded_uneven_batch_needs_where():
-  def loss(x, y, *, axis_name=None):
-    return mj.clip_loss(x, y, axis_name=axis_name, backend="blockwise")
-
-  x, y = _arrays("clip", 9)
-  mesh = Mesh(np.array(jax.devices()[:2]), ("batch",))
-  with pytest.raises(ValueError, match="takes no where="):
-    mj.sharded(loss, mesh, "batch")(x, y)
-
-
 def test_flax_modules_and_memeff_classes_take_where():
   from memeff_jax import nnx as mnnx  # pylint: disable=g-import-not-at-top
   x, y = _arrays("clip", B)
-  w = _mask(B)
+  w = where_mask(B)
   want = mj.clip_loss(x[w], y[w], backend="blockwise")
   module = mnnx.CLIPLoss(backend="blockwise")
   assert rel_err(module(x, y, where=w), want) <= 1e-6

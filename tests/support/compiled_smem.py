@@ -1,5 +1,5 @@
 """Compile memeff_jax kernels for a CUDA architecture without a GPU and print each
-one's shared memory (bytes) as a JSON list: ``python -m tests.helpers.compiled_smem CC``
+one's shared memory (bytes) as a JSON list: ``python -m tests.support.compiled_smem CC``
 with a JSON list of ``[module, kernel, signature, constexprs, warps, stages]`` on stdin
 (test_config.test_fitted_tiles_compile_within_smaller_gpus). Run without
 TRITON_INTERPRET, so the kernels are compilable."""
@@ -10,7 +10,7 @@ import sys
 
 from triton.backends.compiler import GPUTarget
 
-from benchmarks.sass_fingerprint import compile_kernel
+from tests.support.compile import compile_kernel
 
 
 def shared_bytes(module, name, sig, constexprs, warps, stages, cc):

@@ -1,5 +1,6 @@
 """Public loss vs reference: values and gradients (every array input and the
-temperature) under jax.jit, with the tolerances of _tolerances."""
+temperature) under jax.jit, with the tolerances of tests.support.tolerances; the
+slow-marker sampling rules; kernel-path configs; jaxpr walking."""
 
 import dataclasses
 
@@ -11,16 +12,11 @@ import pytest
 
 from memeff_jax.config import default_config
 
-from tests._tolerances import FP32, LOW, grad_err, rel_err
+from tests.support.tolerances import FP32, LOW, grad_err, rel_err
 
 # dtype name -> [largest value error, largest gradient error] seen in this test run
 # (printed by conftest's terminal summary).
 LARGEST = {}
-
-
-def features(seed, shapes, dtype):
-  keys = jax.random.split(jax.random.key(seed), len(shapes))
-  return [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
 
 
 def _value_and_grads(f, arrays, t, kwargs, check_dtypes=False):

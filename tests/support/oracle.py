@@ -1,6 +1,10 @@
-"""Float64 numpy loops written straight from MATH.md (memeff's shifted exponentials
+"""The float64 oracles: numpy written straight from docs/math.md, independent of
+memeff_jax's code.
+
+``clip`` and ``qwen3`` are loops over rows (memeff's shifted exponentials
 e(s) = exp((s - 1) / t), the debias formula with (S - p), the smoothing correction per
-row). An oracle independent of memeff_jax's code."""
+row); ``block_lse64`` gives the kernels' log-sum-exp statistics; ``count_pairs`` and
+``count_qwen3`` count in-batch top-1 hits densely."""
 
 import math
 
@@ -76,3 +80,40 @@ def qwen3(q, d, h, t, margin, qq=False, dd=False, tau=None, eps=0.0, z_scale=0.0
     keep = [s <= pos + margin + 2.0**-10 for s in cands]   # the tie tolerance
     out.append(softmax_row(cands, keep, pos, t, n_neg, taus[i], eps))
   return _finish([[o[0] for o in out]], [[o[1] for o in out]], z_scale)
+
+
+def block_lse64(x, y, t):
+  """Row and column log-sum-exps (natural units) over CLIP's negatives of s / t, float64."""
+  z = np.asarray(x, np.float64) @ np.asarray(y, np.float64).T / t
+  np.fill_diagonal(z, -np.inf)
+  lse = lambda a: np.log(np.sum(np.exp(z - z.max(a, keepdims=True)), a)) + z.max(a)
+  return lse(1), lse(0)
+
+
+def _unit(v):
+  v = np.asarray(v, np.float64)
+  return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def count_pairs(x, y):
+  """Dense count: row i is a hit iff s_ii > s_ij for every j != i (rows; columns)."""
+  s = _unit(x) @ _unit(y).T
+  pos = np.diag(s)
+  off = s - np.diag(np.full(len(s), np.inf))
+  return float(np.mean(pos > off.max(axis=1))), float(np.mean(pos > off.max(axis=0)))
+
+
+def count_qwen3(q, d, h, margin, qq, dd):
+  """Dense count of Qwen3's top-1 hits among the candidates its mask keeps."""
+  q, d, h = _unit(q), _unit(d), _unit(h)
+  b = len(q)
+  pos = np.sum(q * d, axis=-1)
+  hits = []
+  for i in range(b):
+    cands = [q[i] @ d[j] for j in range(b) if j != i]
+    cands += [q[i] @ q[j] for j in range(b) if j != i and qq]
+    cands += [d[i] @ d[j] for j in range(b) if j != i and dd]
+    cands += list(h[i] @ q[i])
+    kept = [c for c in cands if c <= pos[i] + margin + 2.0**-10]   # tie tolerance
+    hits.append(not kept or pos[i] > max(kept))
+  return float(np.mean(hits))

@@ -1,0 +1,18 @@
+"""Compile a Triton kernel for a CUDA architecture without a GPU, as jax-triton would
+launch it (the smaller-GPU compile test; benchmarks/sass_fingerprint.py)."""
+
+import triton
+from triton.compiler import ASTSource
+
+
+def compile_kernel(kernel, arg_types, constexprs, warps, stages, target):
+  """``kernel`` compiled for ``target`` (no GPU needed) as jax-triton launches it:
+  every array argument marked 16-byte aligned, so its loads are pipelined."""
+  names = kernel.arg_names
+  runtime = [n for n in names if n not in constexprs]
+  sig = dict(zip(runtime, arg_types)) | {k: "constexpr" for k in constexprs}
+  attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()
+           if t.startswith("*")}
+  src = ASTSource(kernel, sig, attrs=attrs,
+                  constexprs={(names.index(k),): v for k, v in constexprs.items()})
+  return triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=stages))

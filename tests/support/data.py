@@ -1,0 +1,116 @@
+"""Test data: every generator the tests share, each written once.
+
+All are deterministic in their seed, so a case draws the same numbers on every run.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def unit(v):
+  """Rows scaled to unit length (numpy; no epsilon: the generators never draw zeros)."""
+  return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
+def features(seed, shapes, dtype):
+  """Independent standard-normal arrays of ``shapes`` (drawn in float32, then cast)."""
+  keys = jax.random.split(jax.random.key(seed), len(shapes))
+  return [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
+
+
+def towers(b, d, seed=0, *, noise, k=0, hard_noise=1.0, tau_max=None, numpy_tau=False):
+  """Paired towers for small API tests: ``x`` standard normal ``[b, d]``, ``y = x +
+  noise * N``, then (``k > 0``) hard negatives ``h = y[:, None] + hard_noise * N`` of
+  shape ``[b, k, d]``, then (``tau_max``) a per-row ``tau_plus`` uniform on ``[0,
+  tau_max)``, drawn in that order from one numpy generator. Returns the list ``[x, y,
+  (h), (tau)]`` as float32 jax arrays; ``numpy_tau`` keeps tau the numpy float64 draw."""
+  r = np.random.default_rng(seed)
+  x = r.standard_normal((b, d))
+  y = x + noise * r.standard_normal((b, d))
+  out = [jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)]
+  if k:
+    out.append(jnp.asarray(y[:, None] + hard_noise * r.standard_normal((b, k, d)), jnp.float32))
+  if tau_max is not None:
+    tau = r.uniform(0.0, tau_max, b)
+    out.append(tau if numpy_tau else jnp.asarray(tau, jnp.float32))
+  return out
+
+
+def qwen3_batch(seed, b, d, k, dtype=jnp.float32):
+  """Queries, positives and hard negatives with near-duplicates, so that the
+  false-negative mask drops some entries of every group (decisively: the gaps to the
+  threshold are ~0.01, far above rounding)."""
+  r = np.random.default_rng(seed)
+  q = unit(r.standard_normal((b, d)))
+  doc = unit(q + 0.6 * unit(r.standard_normal((b, d))))
+  dup = r.permutation(b)[: b // 3]           # rows that nearly copy another row
+  src = r.integers(0, b, len(dup))
+  q[dup] = unit(q[src] + 0.15 * unit(r.standard_normal((len(dup), d))))
+  doc[dup] = unit(doc[src] + 0.15 * unit(r.standard_normal((len(dup), d))))
+  h = unit(doc[:, None, :] + 0.5 * unit(r.standard_normal((b, k, d))))
+  return [jnp.asarray(v, jnp.float32).astype(dtype) for v in (q, doc, h)]
+
+
+def with_exact_ties(b, d, dtype, dims=(8, 24)):
+  """qwen3_batch() with rows 1 and 5 duplicated (q and d) and every row's first hard
+  negative equal to its positive: candidates whose similarity is the positive's in
+  exact math. Every other candidate is >= 1e-2 away from its positive at every prefix
+  (asserted): a 16-bit path rounds similarities by up to ~4e-3 (bf16 renormalized
+  prefixes), which may move a near-tie across the margin, a discontinuity no tolerance
+  covers (seed 4 of qwen3_batch() has one at 5e-4)."""
+  q, doc, h = (np.array(v, np.float32) for v in qwen3_batch(0, b, d, 2))
+  q[5], doc[5] = q[1], doc[1]
+  h[:, 0] = doc
+  out = [jnp.asarray(v).astype(dtype) for v in (q, doc, h)]
+  for m in dims:
+    unit = lambda v: v[..., :m] / np.linalg.norm(v[..., :m], axis=-1, keepdims=True)
+    qu, du, hu = (unit(np.asarray(v, np.float64)) for v in out)
+    p = np.sum(qu * du, -1)[:, None]
+    for s in (qu @ du.T, qu @ qu.T, np.einsum("id,ikd->ik", qu, hu)):
+      gap = np.abs(s - p)
+      assert np.all((gap < 1e-9) | (gap >= 1e-2)), gap[gap >= 1e-9].min()
+  return out
+
+
+def ring_batch(b, d, k):
+  """Unit queries, documents (row 5 a near-duplicate of row 3, for the Qwen3 mask) and
+  hard negatives, and a per-row tau_plus on [0, 0.4): float32 ``[q, d, h, tau]``."""
+  r = np.random.default_rng(0)
+  q = unit(r.standard_normal((b, d)))
+  doc = unit(q + 0.5 * r.standard_normal((b, d)))
+  doc[5] = unit(doc[3] + 0.1 * r.standard_normal(d))      # near-duplicates for the mask
+  h = unit(doc[:, None] + 0.6 * r.standard_normal((b, k, d)))
+  tau = r.uniform(0.0, 0.4, b)
+  return [jnp.asarray(v, jnp.float32) for v in (q, doc, h, tau)]
+
+
+def graded_rows(seed, b, d, cos_lo, cos_hi):
+  """Rows whose log-sum-exps over their negatives spread apart: every text leans on one
+  direction m (cos ~0.7); image i's cosine to m runs evenly over [cos_lo, cos_hi]."""
+  r = np.random.default_rng(seed)
+  m = unit(r.standard_normal(d))
+  y = unit(0.7 * m + 0.7 * unit(r.standard_normal((b, d))))
+  w = r.standard_normal((b, d))
+  w = unit(w - (w @ m)[:, None] * m)
+  c = np.linspace(cos_lo, cos_hi, b)[:, None]
+  return (jnp.asarray(unit(c * m + np.sqrt(1 - c * c) * w), jnp.float32),
+          jnp.asarray(y, jnp.float32))
+
+
+# graded_rows cases ((cos_lo, cos_hi, length), t, exact): the tiled forward's bounded
+# sums against one shift are exact for ordinary rows; for rows whose every logit lies far
+# below the scale they underflow (cold), and rows longer than one (normalized_inputs=True,
+# not unit) overflow: there the exact forward reruns. The tests assert the premise, so
+# each case keeps its branch.
+BOUNDED_CASES = [((0.4, 0.8, 1.0), 0.07, True), ((-0.9, 0.9, 1.0), 0.005, False),
+                 ((0.4, 0.8, 3.0), 0.07, False)]
+
+
+def where_mask(b, seed=0):
+  """A ``where=`` mask with about a third of the rows removed, first and last included
+  (edges of tiles), row 1 kept."""
+  w = np.random.default_rng(seed).uniform(size=b) > 0.35
+  w[0] = w[-1] = False
+  w[1] = True
+  return w

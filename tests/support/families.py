@@ -1,0 +1,52 @@
+"""The loss families and the backends the CPU tests run, each listed once."""
+
+from typing import Any, Callable, NamedTuple
+
+import memeff_jax as mj
+from memeff_jax import reference
+
+
+class Family(NamedTuple):
+  """One loss family: its public functions, its dense reference, and its names."""
+  loss: Callable[..., Any]                   # mj.clip_loss
+  with_stats: Callable[..., Any]             # mj.clip_loss_with_stats
+  reference: Callable[..., Any]              # reference.clip_loss
+  reference_with_stats: Callable[..., Any]   # reference.clip_loss_with_stats
+  n_arrays: int        # 2 (x, y) or 3 (queries, documents, hard negatives [n, k, d])
+  class_name: str      # nnx.<class_name>Loss, classes.MemoryEfficient<class_name>Loss
+  # Non-default options exercising the family's own switches (Qwen3's extra negative
+  # groups and margin), as the Matryoshka, where= and GPU tests pass them.
+  options: dict[str, Any]
+
+
+def _family(name, class_name, n_arrays, **options):
+  return Family(getattr(mj, f"{name}_loss"), getattr(mj, f"{name}_loss_with_stats"),
+                getattr(reference, f"{name}_loss"),
+                getattr(reference, f"{name}_loss_with_stats"), n_arrays, class_name, options)
+
+
+FAMILIES = {
+    "clip": _family("clip", "CLIP", 2),
+    "lit": _family("lit", "LiT", 2),
+    "qwen3": _family("qwen3", "Qwen3", 3, use_qq_negatives=True, use_dd_negatives=True,
+                     margin=0.05),
+    "lit_qwen3": _family("lit_qwen3", "LiTQwen3", 3, use_qq_negatives=True, margin=0.05),
+}
+
+# The backends the CPU tests compare with the float64 reference: the pure-JAX
+# blockwise backend and the Triton kernels under Triton's interpreter.
+BACKENDS = ["blockwise", "interpret"]
+# ... and the dense reference as a backend (backend="reference"), where the test is of
+# the public API's behaviour (errors, NaNs, where=) rather than of the arithmetic.
+ALL_BACKENDS = ["reference", *BACKENDS]
+
+
+def eager_matryoshka(ref, dims, weights, **kw):
+  """The eager wrapper (``mj.matryoshka``) over a ``*_with_stats`` reference: the fused
+  loss in exact math (every prefix renormalized), and in 16-bit rounded as one block per
+  dim rounds (each raw prefix normalized, then rounded), so its own 16-bit error bounds
+  that path's."""
+  def loss(*a, normalized_inputs=False, **k):
+    del normalized_inputs   # unit inputs: their prefixes are renormalized either way
+    return mj.matryoshka(lambda *b, **c: ref(*b, **c)[0], dims, weights)(*a, **kw, **k)
+  return loss
