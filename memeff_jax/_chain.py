@@ -80,9 +80,13 @@ class Ctx(NamedTuple):
                         None if row_thr is None else row_thr[k], None, None, self.mask, y_mask,
                         spec=self.spec(dims=None, **spec)) for k, xk in enumerate(x.pre)]
       return tuple(None if o[0] is None else jnp.stack(o) for o in zip(*outs))
-    out = block_lse(x.v, None if y is None else y.v, self.scale, row_thr, x.tab,
-                    None if y is None else y.tab, self.mask, y_mask,
-                    spec=self.spec(dims=self.dims, **spec))
+    # float16 prefix blocks take fp32 rows: a zero row's tables (1e12) scale its
+    # gradient inside the block beyond float16 (docs/math.md §2).
+    wide = self.dims is not None and x.v.dtype == jnp.float16
+    v = lambda t: None if t is None else (t.v32 if wide else t.v)
+    out = block_lse(v(x), v(y), self.scale, row_thr, x.tab, None if y is None else y.tab,
+                    self.mask, y_mask, spec=self.spec(dims=self.dims, cast=x.v.dtype if wide
+                                                      else None, **spec))
     return tuple(None if o is None else (o if self.dims else o[None]) for o in out)
 
   def row_sum(self, v: jax.Array) -> jax.Array:

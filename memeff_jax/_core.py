@@ -59,6 +59,9 @@ class BlockSpec:
   config: KernelConfig | None = None
   want_max: bool = True             # the maxima (in-batch accuracy); False: they are None
   reduction: Reduction = SOFTMAX    # the per-row statistic, its merge and its coefficient
+  cast: Any = None                  # x / y arrive in the glue dtype and compute in this one
+                                    # (float16 prefix blocks: their gradient, scaled by
+                                    # the tables inside, leaves in fp32)
 
   def __post_init__(self):
     if self.two_sided and self.symmetric:
@@ -100,20 +103,22 @@ block_lse = block_stats   # the softmax's name for it, kept for its callers
 @functools.cache
 def _op(spec: BlockSpec):
 
+  cast = lambda v: v if (v is None or spec.cast is None) else v.astype(spec.cast)
+
   @jax.custom_vjp
   def op(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
-    return ring.forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
+    return ring.forward(spec, cast(x), cast(y), scale, row_thr, x_tab, y_tab, x_mask, y_mask)
 
   def fwd(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
     val = lambda p: None if p is None else p.value
     masks = (val(x_mask), val(y_mask))
-    out = ring.forward(spec, val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab),
-                       *masks)
+    xc, yc = cast(val(x)), cast(val(y))
+    out = ring.forward(spec, xc, yc, val(scale), val(row_thr), val(x_tab), val(y_tab), *masks)
     need = ring.Need(
         x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
         x_tab=(x_tab is not None and x_tab.perturbed),
         y_tab=(y_tab is not None and y_tab.perturbed))
-    res = (val(x), val(y), val(scale), val(row_thr), val(x_tab), val(y_tab)) + masks + out[:2]
+    res = (xc, yc, val(scale), val(row_thr), val(x_tab), val(y_tab)) + masks + out[:2]
     return out, (res, need)
 
   def bwd(saved, cts):

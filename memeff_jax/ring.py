@@ -140,7 +140,10 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
   n, m = x.shape[0], y.shape[0]
   want_y = (not sym) and (need.y or need.y_tab)
   want_x = need.x or need.x_tab or (need.scale and not want_y)
-  acc = x.dtype if size == 1 else glue_dtype(x.dtype)
+  # In the input dtype on one device; summed in the glue dtype over a ring, or when the
+  # caller takes it so (``spec.cast``).
+  wide = size > 1 or spec.cast is not None
+  acc = glue_dtype(x.dtype) if wide else x.dtype
   # sum_j c_ij s_ij feeds the temperature's and the tables' gradients: from the x
   # pass when it runs, else from the y pass.
   cs_x = want_x and (need.scale or need.x_tab)
@@ -151,7 +154,7 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
                   masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
                   want_cs=cs_x, out_dtype=acc)
 
-  dy_dtype = y.dtype if size == 1 else glue_dtype(y.dtype)
+  dy_dtype = glue_dtype(y.dtype) if wide else y.dtype
 
   def pass_y(y_vis, yt_vis, ym_vis, col_vis, src):   # rows of y: c transposed
     return be.bwd(y_vis, x, scale, row=col_vis, col=row, x_tab=yt_vis, y_tab=x_tab,
@@ -206,6 +209,6 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
     dx_tab = scale * sx / x_tab
   if need.y_tab:
     dy_tab = scale * sy / y_tab
-  dx = dx.astype(x.dtype) if need.x else None
-  dy = dy.astype(y.dtype) if (need.y and not sym) else None
+  dx = dx.astype(x.dtype if spec.cast is None else acc) if need.x else None
+  dy = dy.astype(y.dtype if spec.cast is None else dy_dtype) if (need.y and not sym) else None
   return dx, dy, dscale, dx_tab, dy_tab
