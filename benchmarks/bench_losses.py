@@ -86,12 +86,12 @@ def _with_ladder(fn, kw, d):
     return mj.matryoshka(lambda *a, **k: fn(*a, **k, **kw), ladder(d))
   if kw.get("matryoshka_dims") == "ladder":
     kw["matryoshka_dims"] = ladder(d)
-  # Config overrides, on top of the default config unless one is given: Matryoshka in
-  # one block (one_block), the paired gradient with taller slabs (slab_rows), the exact
-  # forward (exact).
-  tune = {}
+  # Matryoshka in one block (one_block) is the loss keyword; config overrides, on top of
+  # the default config unless one is given: the paired gradient with taller slabs
+  # (slab_rows), the exact forward (exact).
   if kw.pop("one_block", None):
-    tune["matryoshka_per_dim"] = False
+    kw["matryoshka_per_dim"] = False
+  tune = {}
   if kw.pop("exact", None):
     tune["fwd_bounded"] = False
   if (rows := kw.pop("slab_rows", None)):

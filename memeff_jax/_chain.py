@@ -201,11 +201,10 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   elif dims is not None:   # every prefix is renormalized: each row times a power of two
     # (exact, no change to the loss) keeps its prefix norms and dots in range
     arrays = [None if a is None else a * pow2_scale(a) for a in arrays]
-  # One plain block per dim (KernelConfig.matryoshka_per_dim; config=None: the backend's)
-  per_dim = dims is not None and (
-      config if config is not None else be.default_config(d, arrays[0].dtype)
-  ).matryoshka_per_dim
-  towers = [None if a is None else _tower(a, dims, r if per_dim else None)
+  # One plain block per dim (matryoshka_per_dim, resolved by its row: the keyword, else
+  # the backend's default; the blocks' config is passed on as given)
+  split = opt["matryoshka_per_dim"]
+  towers = [None if a is None else _tower(a, dims, r if split else None)
             for a, r in zip(arrays, raw)]
   batch = n * ring_size(axis_name)
   if mask is not None:   # the global batch is the rows kept (traced)

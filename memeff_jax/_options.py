@@ -22,6 +22,7 @@ from memeff_jax._validation import (Backend, as_array, check_axis, check_config,
                                     check_flag, check_range, check_tau_plus, check_temperature,
                                     check_weights, check_where)
 from memeff_jax.config import KernelConfig
+from memeff_jax.config.matryoshka import per_dim_choice
 
 
 class Call(NamedTuple):
@@ -78,6 +79,22 @@ def _weights(v, c: Call):
   return check_weights("matryoshka_weights", v, len(dims))
 
 
+def _per_dim(v, c: Call) -> bool:
+  """Whether the blocks run one per Matryoshka dim (``config.matryoshka.per_dim_choice``:
+  the keyword, else the backend's default or a config choosing otherwise)."""
+  v = check_flag("matryoshka_per_dim", v, allow_none=True)
+  if c.got["matryoshka_dims"] is None:
+    if v is not None:
+      raise ValueError(f"matryoshka_per_dim needs matryoshka_dims, got "
+                       f"matryoshka_per_dim={v!r} and matryoshka_dims=None")
+    return False
+  be = c.got["backend"]
+  if isinstance(be, backends.DenseBackend):   # the dense reference runs no blocks: same loss
+    return False
+  default = be.default_config(c.d, c.arrays[0][1].dtype).matryoshka_per_dim
+  return per_dim_choice(v, c.got["config"], default)
+
+
 # Rows in the order the chain checks them (an error names the first bad option).
 TABLE = (
     Option("temperature", 0.07, """float > 0 or a traced 0-d float array (learnable: it gets a
@@ -120,7 +137,7 @@ TABLE = (
       The loss becomes ``sum_k w_k L_k``, L_k this loss on the renormalized first
       m_k features (every prefix renormalized, the last too), every option applied
       per dim (docs/math.md §8): on a GPU as one plain block per dim, else in one
-      pass over the features (``KernelConfig.matryoshka_per_dim``). None: off.""",
+      pass over the features (``matryoshka_per_dim``). None: off.""",
            check=lambda v, c: None if v is None else check_dims("matryoshka_dims", v, c.d,
                                                                 last_equals_d=True),
            type=tuple[int, ...] | None,
@@ -154,6 +171,19 @@ TABLE = (
            check=lambda v, c: check_config(v, c.backend), type=KernelConfig | None,
            raises=((ValueError, "a ``config`` with ``backend=\"reference\"``"),
                    (TypeError, "a ``config`` that is not a KernelConfig"))),
+    Option("matryoshka_per_dim", None, """how fused Matryoshka runs, same loss (docs/math.md
+      §8.1): True, one plain block per dim on that dim's renormalized prefixes (copies,
+      sum(m_k) / d of each tower; one plain ring per dim); False, one block whose
+      feature walk serves every dim (O(K batch) extra; one ring trip). None: the
+      backend's default: True on a GPU for 16-bit inputs and for fp32 up to a padded d
+      of 256, else False ("blockwise", "interpret"). Needs ``matryoshka_dims``; the
+      dense "reference" ignores it. Replaces ``KernelConfig.algorithm.matryoshka_per_dim``
+      (deprecated: with None here, a config whose value differs from the backend's
+      default still decides, with a DeprecationWarning).""",
+           check=_per_dim, type=bool | None,
+           raises=((ValueError, "``matryoshka_per_dim`` without ``matryoshka_dims`` or "
+                                "against the config's"),
+                   (TypeError, "a ``matryoshka_per_dim`` that is no bool or None"))),
     Option("axis_name", None, """inside ``jax.shard_map``: the mesh axis (or tuple of axes) the
       batch is sharded over. The arrays are this device's contiguous shard; every
       device returns the global loss, and the gradients are the local rows of the
@@ -180,8 +210,8 @@ OPTIONS = {o.name: o for o in TABLE}
 
 # The keywords every loss takes, in signature order; families add their own (margin, ...).
 SHARED = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
-          "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "where", "axis_name",
-          "backend", "deterministic", "config")
+          "lse_square_scale", "matryoshka_dims", "matryoshka_weights", "matryoshka_per_dim",
+          "where", "axis_name", "backend", "deterministic", "config")
 
 
 def check(values: dict, call: Call) -> dict:

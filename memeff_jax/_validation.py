@@ -211,10 +211,14 @@ def check_backend(backend) -> str:
   return registry.check(backend)
 
 
-def check_flag(name: str, v) -> bool:
-  """Flags are Python bools (a string such as "False" is truthy)."""
+def check_flag(name: str, v, *, allow_none: bool = False) -> bool | None:
+  """Flags are Python bools (a string such as "False" is truthy); ``allow_none``: or
+  None (the default decides)."""
+  if allow_none and v is None:
+    return None
   if not isinstance(v, bool):
-    raise TypeError(f"{name} must be a bool, got {name}={v!r}")
+    raise TypeError(f"{name} must be a bool{' or None' if allow_none else ''}, got "
+                    f"{name}={v!r}")
   return v
 
 

@@ -127,7 +127,8 @@ def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> 
   source = (f"def {name}(self, {', '.join(arrays)}, *, tau_plus=None, where=None):\n"
             f"  return body(self, {', '.join(spec.arrays)}, tau_plus=tau_plus, "
             f"where=where)\n")
-  namespace = {"body": body}
+  # __name__: the wrapper's module (a warning's stacklevel skips memeff_jax's frames)
+  namespace = {"body": body, "__name__": getattr(body, "func", body).__module__}
   exec(source, namespace)   # pylint: disable=exec-used
   method = namespace[name]
   method.__qualname__ = f"{owner}.{name}"
@@ -145,7 +146,7 @@ def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, An
   and a per-call ``where`` mask.
 
   ``tau_plus=None`` keeps the value in ``options``. The Matryoshka keywords are left
-  out while both are None, so a plain loss call never depends on them.
+  out while they are None, so a plain loss call never depends on them.
   """
   opts = dict(options)
   if tau_plus is not None:
@@ -157,6 +158,8 @@ def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, An
     opts.pop("matryoshka_weights", None)
   elif opts.get("matryoshka_dims") is not None:
     opts["matryoshka_dims"] = tuple(opts["matryoshka_dims"])
+  if opts.get("matryoshka_per_dim") is None:
+    opts.pop("matryoshka_per_dim", None)
   return fn(*arrays, temperature=temperature, **opts)
 
 

@@ -140,9 +140,9 @@ def _dataclass(name: str, bases: tuple, doc: str, fields=(), **namespace) -> typ
 
 
 _MRL_DOC = """
-  How it runs is the function's default: on a GPU, one plain block per dim
-  (``KernelConfig.matryoshka_per_dim``; 16-bit inputs, and fp32 up to a padded feature
-  size of 256), else one block whose feature pass serves every dim. Same loss.
+  How it runs is the function's default (``matryoshka_per_dim=None``): on a GPU, one
+  plain block per dim (16-bit inputs, and fp32 up to a padded feature size of 256),
+  else one block whose feature pass serves every dim. Same loss.
 
   Attributes:
     dims: strictly increasing prefix sizes, the last equal to the feature size (passed
@@ -218,7 +218,7 @@ class MatryoshkaLoss:
   :func:`memeff_jax.matryoshka`'s (feature arrays, ``hard_negatives`` too, never
   ``tau_plus``). The fused classes (or ``matryoshka_dims=``) give the same loss, per-dim
   statistics and every option applied per dim; on a GPU they too run one plain block
-  per dim by default (``KernelConfig.matryoshka_per_dim``).
+  per dim by default (the functions' ``matryoshka_per_dim=``).
 
   Attributes:
     base_loss: any loss callable: a class of this module or a function such as

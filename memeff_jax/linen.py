@@ -119,6 +119,7 @@ class _LossModule(_Options):
     check_flag("learnable", self.learnable)
     check_max_logit_scale(self.max_logit_scale)
     matryoshka_options(self.matryoshka_dims, self.matryoshka_weights)
+    check_flag("matryoshka_per_dim", self.matryoshka_per_dim, allow_none=True)
     super().__post_init__()
 
   def setup(self):

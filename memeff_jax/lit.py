@@ -23,7 +23,8 @@ def lit_loss_with_stats(
     normalized_inputs: bool = False, stable: bool = True, tau_plus: ArrayLike = 0.0,
     label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
     matryoshka_dims: Sequence[int] | None = None,
-    matryoshka_weights: Sequence[float] | None = None, where: ArrayLike | None = None,
+    matryoshka_weights: Sequence[float] | None = None,
+    matryoshka_per_dim: bool | None = None, where: ArrayLike | None = None,
     axis_name: Hashable | None = None,
     backend: Backend = "auto", deterministic: bool = False,
     config: KernelConfig | None = None) -> tuple[jax.Array, ContrastiveStats]:

@@ -1,7 +1,7 @@
 """The eager Matryoshka wrapper: any loss, summed over prefixes of its feature arrays.
 
 Fused Matryoshka (one statistics chain for all dims: one plain block per dim, or one
-block for every dim, ``KernelConfig.matryoshka_per_dim``) is the ``matryoshka_dims=``
+block for every dim, the ``matryoshka_per_dim=`` keyword) is the ``matryoshka_dims=``
 option of every loss; this wrapper is for losses that lack it (your own, or a
 ``sharded`` one) and for checking the fused losses.
 """

@@ -83,6 +83,7 @@ class _LossModule(nnx.Module):
     options = {name: options.get(name, OPTIONS[name].default) for name in names}
     options["matryoshka_dims"], options["matryoshka_weights"] = matryoshka_options(
         options["matryoshka_dims"], options["matryoshka_weights"])
+    check_flag("matryoshka_per_dim", options["matryoshka_per_dim"], allow_none=True)
     for name, value in options.items():
       setattr(self, name, value)
 

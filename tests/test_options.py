@@ -97,7 +97,8 @@ def test_class_constructor_parameters():
 # The Flax modules: their loss options are the table's rows, with its defaults.
 _MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
                   "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
-                  "matryoshka_weights", "axis_name", "backend", "deterministic", "config"]
+                  "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
+                  "deterministic", "config"]
 _OWN = {"CLIPLoss": [], "LiTLoss": [], "Qwen3Loss": ["margin", "use_qq_negatives",
                                                      "use_dd_negatives"],
         "LiTQwen3Loss": ["margin", "use_qq_negatives"]}

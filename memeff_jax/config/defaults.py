@@ -20,8 +20,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   with tiles as large as its fp32 accumulator allows in registers; above that the
   gradient is tiled and paired (``Algorithm.bwd_pair``). At d_pad = 512 blocks of up
   to 16384 columns pair (``Budgets.bwd_pair_max_batch``). fp32 inputs keep the sweep
-  forward, half-height tiles and no bounded forward. Matryoshka runs one plain block
-  per dim (``Algorithm.matryoshka_per_dim``) except fp32 at d_pad > 256. The
+  forward, half-height tiles and no bounded forward. ``Algorithm.matryoshka_per_dim``
+  holds the default of the losses' ``matryoshka_per_dim=`` keyword: one plain block
+  per dim except fp32 at d_pad > 256 (the interpreter: one block for every dim). The
   measurements behind each row are in docs/benchmarks.md.
   """
   d_pad = pow2(d)

@@ -4,7 +4,8 @@ budgets, and the blockwise backend's tile, each a small frozen dataclass.
 The flat spellings of earlier releases (``KernelConfig(fwd_block_m=128,
 matryoshka_per_dim=True, blockwise_tile=256)``, and ``dataclasses.replace`` with
 them) still construct the same config, with a DeprecationWarning; reading a flat name
-(``cfg.fwd_block_m``) gives the grouped field's value.
+(``cfg.fwd_block_m``) gives the grouped field's value. ``matryoshka_per_dim`` is a
+loss keyword now; the config's field is deprecated (``config.matryoshka.per_dim_choice``).
 """
 
 from __future__ import annotations
@@ -122,9 +123,12 @@ class Algorithm(_Group):
       otherwise the FlashAttention-shaped pass with the accumulator in registers.
     bwd_pair: a block whose two towers both need a gradient takes the tiled gradient
       and multiplies each coefficient slab into both (``c @ y`` and ``c^T @ x``).
-    matryoshka_per_dim: a Matryoshka loss runs one plain block per dim on that dim's
+    matryoshka_per_dim: deprecated, the losses' ``matryoshka_per_dim=`` keyword
+      replaces it: a Matryoshka loss runs one plain block per dim on that dim's
       renormalized prefixes (copies), instead of one block whose feature walk serves
-      every dim through prefix tables. Same math (docs/math.md §8).
+      every dim through prefix tables. Same math (docs/math.md §8). A value other than
+      the backend's default still decides where the keyword is None, with a
+      DeprecationWarning at the loss's call; ``default_config`` holds the default.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32", "tf32x3" or
       "ieee"); 16-bit inputs ignore it.
   """
@@ -190,7 +194,7 @@ class KernelConfig:
     fwd: the forward kernel's tiles (``FwdTiles``).
     bwd: the gradient kernel's tiles (``BwdTiles``).
     algorithm: which kernels run (``Algorithm``): tiled / bounded / paired passes,
-      Matryoshka per dim, fp32 dot precision.
+      fp32 dot precision (and the deprecated Matryoshka per dim).
     budgets: memory and parallelism budgets (``Budgets``).
     blockwise: the blockwise backend's options (``BlockwiseOptions``).
 
@@ -198,6 +202,7 @@ class KernelConfig:
   ``cfg.evolve(fwd=dict(block_m=128))`` changes some fields of some groups. The flat
   names of earlier releases (``fwd_block_m``, ``matryoshka_per_dim``,
   ``blockwise_tile``, ...) still read, and still construct with a DeprecationWarning.
+  ``algorithm.matryoshka_per_dim`` is deprecated for the losses' keyword.
   """
 
   fwd: FwdTiles
@@ -219,10 +224,13 @@ class KernelConfig:
     if unknown:
       raise TypeError(f"KernelConfig got unexpected keyword argument(s) {unknown}")
     if flat:
+      # matryoshka_per_dim is a loss keyword now (its group field is deprecated too).
+      keyword = ("; matryoshka_per_dim: pass it to the loss (matryoshka_per_dim=...)"
+                 if "matryoshka_per_dim" in flat else "")
       warnings.warn(
           f"KernelConfig({', '.join(f'{k}=...' for k in flat)}): the flat spellings are "
           f"deprecated and go in a future release; use the groups ("
-          f"{', '.join(sorted({f'{FLAT[k][0]}.{FLAT[k][1]}' for k in flat}))})",
+          f"{', '.join(sorted({f'{FLAT[k][0]}.{FLAT[k][1]}' for k in flat}))}){keyword}",
           DeprecationWarning, stacklevel=_caller_level())
     changes: dict[str, dict] = {}
     for k, v in flat.items():

@@ -1,13 +1,17 @@
 """Matryoshka retiling: the config of a block with prefix dims (one feature walk with
-an epilogue per dim; docs/math.md §8), and the feature chunk its ladder is laid out in.
-The timings behind the tiles are in docs/benchmarks.md ("Why the default tiles")."""
+an epilogue per dim; docs/math.md §8), the feature chunk its ladder is laid out in, and
+which of the two forms a loss runs (``per_dim_choice``). The timings behind the tiles
+are in docs/benchmarks.md ("Why the default tiles")."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+import sys
+import warnings
 
-from memeff_jax.config.kernel import KernelConfig
+from memeff_jax.config.kernel import Algorithm, KernelConfig
 from memeff_jax.config.smem import fewer_stages, pow2, smem_limit, tiled
 
 
@@ -66,3 +70,47 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
       cfg = tiled(cfg, pass_, chunk, chunk, itemsize, limit)
   block = min(cfg.fwd.block_d, cfg.bwd.block_d)
   return cfg.evolve(fwd=dict(block_d=block), bwd=dict(block_d=block))
+
+
+_FORMS = {True: "one plain block per dim", False: "one block for every dim"}
+# Algorithm.matryoshka_per_dim's own default: a config holding it may never have set it.
+_FIELD_DEFAULT = {f.name: f.default for f in dataclasses.fields(Algorithm)}["matryoshka_per_dim"]
+
+
+def per_dim_choice(keyword: bool | None, config: KernelConfig | None, default: bool) -> bool:
+  """Whether fused Matryoshka runs one plain block per dim (True) or one block for every
+  dim (False): the loss's ``matryoshka_per_dim`` keyword, else the backend's ``default``
+  (its ``default_config``'s), but for a config that chooses otherwise.
+
+  A config chooses where its ``algorithm.matryoshka_per_dim`` differs from ``default``
+  (a config equal to the default chooses nothing, as for the tiles). That spelling is
+  deprecated: with ``keyword=None`` the config's value still decides, with a
+  DeprecationWarning naming the keyword. With a keyword, the keyword decides; a config
+  value that neither ``default`` nor the field's own default (False) explains was set
+  on purpose, and if the keyword disagrees, ValueError names both.
+  """
+  own = default if config is None else config.algorithm.matryoshka_per_dim
+  if own == default:
+    return default if keyword is None else keyword
+  if keyword is None:
+    warnings.warn(
+        f"config.algorithm.matryoshka_per_dim={own} runs {_FORMS[own]} (this backend's "
+        f"default: {_FORMS[default]}); choosing it in the config is deprecated and goes in "
+        f"a future release: pass matryoshka_per_dim={own} to the loss",
+        DeprecationWarning, stacklevel=_user_level())
+    return own
+  if keyword != own and own != _FIELD_DEFAULT:
+    raise ValueError(
+        f"matryoshka_per_dim={keyword} and config.algorithm.matryoshka_per_dim={own} "
+        f"disagree; pass matryoshka_per_dim alone (the config's field is deprecated)")
+  return keyword
+
+
+def _user_level() -> int:
+  """The warning's stacklevel: the first frame outside memeff_jax (the user's call of
+  the loss, through the chain, the options table and a wrapper)."""
+  frame, level = sys._getframe(1), 1   # pylint: disable=protected-access
+  while frame is not None and frame.f_globals.get("__name__", "").partition(".")[0] == \
+      "memeff_jax":
+    frame, level = frame.f_back, level + 1
+  return level
