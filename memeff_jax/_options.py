@@ -182,7 +182,7 @@ TABLE = (
       default still decides, with a DeprecationWarning).""",
            check=_per_dim, type=bool | None,
            raises=((ValueError, "``matryoshka_per_dim`` without ``matryoshka_dims`` or "
-                                "against the config's"),
+                                "contradicting the config's field"),
                    (TypeError, "a ``matryoshka_per_dim`` that is no bool or None"))),
     Option("axis_name", None, """inside ``jax.shard_map``: the mesh axis (or tuple of axes) the
       batch is sharded over. The arrays are this device's contiguous shard; every
