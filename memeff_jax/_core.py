@@ -43,6 +43,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from memeff_jax import ring
 from memeff_jax._reduction import SOFTMAX, Reduction
+from memeff_jax.backends.base import Block
 from memeff_jax.config import KernelConfig
 
 
@@ -50,7 +51,7 @@ from memeff_jax.config import KernelConfig
 class BlockSpec:
   """Static options of one block; hashable, closed over by the custom_vjp."""
 
-  backend: Any                      # a backend object with fwd_stats / bwd
+  backend: Any                      # a backends.Backend: fwd_stats / bwd of a backends.Block
   two_sided: bool = False           # also the column statistics
   exclude_self: bool = False        # drop the pairs with global row index == column index
   symmetric: bool = False           # y is x (call with y=None)
@@ -107,22 +108,23 @@ def _op(spec: BlockSpec):
 
   @jax.custom_vjp
   def op(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
-    return ring.forward(spec, cast(x), cast(y), scale, row_thr, x_tab, y_tab, x_mask, y_mask)
+    block = Block(cast(x), cast(y), x_tab, y_tab, x_mask, y_mask)
+    return ring.forward(spec, block, scale, row_thr)
 
   def fwd(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
     val = lambda p: None if p is None else p.value
-    masks = (val(x_mask), val(y_mask))
-    xc, yc = cast(val(x)), cast(val(y))
-    out = ring.forward(spec, xc, yc, val(scale), val(row_thr), val(x_tab), val(y_tab), *masks)
+    block = Block(cast(val(x)), cast(val(y)), val(x_tab), val(y_tab), val(x_mask),
+                  val(y_mask))
+    out = ring.forward(spec, block, val(scale), val(row_thr))
     need = ring.Need(
         x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
         x_tab=(x_tab is not None and x_tab.perturbed),
         y_tab=(y_tab is not None and y_tab.perturbed))
-    res = (xc, yc, val(scale), val(row_thr), val(x_tab), val(y_tab)) + masks + out[:2]
+    res = (block, val(scale), val(row_thr)) + out[:2]
     return out, (res, need)
 
   def bwd(saved, cts):
-    (x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, lse_row, lse_col), need = saved
+    (block, scale, row_thr, lse_row, lse_col), need = saved
     # The maxima's cotangents (cts[2:]) are dropped: they carry no gradient.
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
@@ -130,8 +132,7 @@ def _op(spec: BlockSpec):
     residual = spec.reduction.residual
     row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
     col = None if g_col is None else Side(residual(lse_col), g_col, None)
-    dx, dy, dscale, dxt, dyt = ring.backward(spec, need, x, y, scale, x_tab, y_tab, x_mask,
-                                             y_mask, row, col)
+    dx, dy, dscale, dxt, dyt = ring.backward(spec, need, block, scale, row, col)
     return dx, dy, dscale, None, dxt, dyt, None, None
 
   op.defvjp(fwd, bwd, symbolic_zeros=True)

@@ -25,6 +25,7 @@ from jax import lax
 
 from memeff_jax._compat import to_varying, varying_axes
 from memeff_jax._terms import glue_dtype
+from memeff_jax.backends.base import Block
 
 
 class Need(NamedTuple):
@@ -53,27 +54,42 @@ def _lap(size, step, carry):
   return step(size - 1, carry, False)
 
 
-def _masks(x_mask, y_mask):
-  return None if x_mask is None else (x_mask, y_mask)
+def _local(spec, block: Block) -> Block:
+  """This device's block (a symmetric one: its columns are its rows)."""
+  if spec.symmetric:
+    return block._replace(y=block.x, y_tab=block.x_tab, y_mask=block.x_mask)
+  return block
 
 
-def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
+def _columns(block: Block) -> tuple:
+  """What travels round the ring: the columns, their tables and their masks."""
+  return block.y, block.y_tab, block.y_mask
+
+
+def _visit(block: Block, columns: tuple, offsets: tuple) -> Block:
+  """This device's rows against the visiting ``columns``, at global ``offsets``."""
+  y, y_tab, y_mask = columns
+  return block._replace(y=y, y_tab=y_tab, y_mask=y_mask, offsets=offsets)
+
+
+def forward(spec, block: Block, scale, row_thr):
   """``(lse_row, lse_col, max_row, max_col)`` of this device's rows / columns over the
   whole ring: the statistics of ``spec.reduction`` and the maxima (the column ones None
-  unless two-sided, the maxima None unless ``spec.want_max``). The ``where`` masks of
-  the columns (y_mask) travel with their block.
+  unless two-sided, the maxima None unless ``spec.want_max``). ``block``: this device's
+  shard of both towers (its ``offsets`` are set per hop); the columns, their tables
+  and their ``where`` masks travel round the ring.
 
   Where the backend has a bounded forward (``fwd_floor``), the lap runs it, and reruns
   exactly if any kept row's or column's lse (over the whole ring) is below the floor
   or not finite; every device takes the same branch. (A bounded forward is the
   softmax kernels' fixed shift: its floor is on the log-sum-exp.)"""
-  floor = spec.backend.fwd_floor(x, scale, spec)
-  lap = functools.partial(_forward, spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
+  floor = spec.backend.fwd_floor(block.x, scale, spec)
+  lap = functools.partial(_forward, spec, block, scale, row_thr)
   if floor is None:
     return lap(bounded=False)
   out = lap(bounded=True)
   ok = jnp.ones((), bool)
-  for lse, keep in ((out[0], x_mask), (out[1], y_mask)):   # (symmetric: no out[1])
+  for lse, keep in ((out[0], block.x_mask), (out[1], block.y_mask)):   # (symmetric: no out[1])
     if lse is not None:
       good = (lse >= floor) & (lse < jnp.inf)
       ok = ok & jnp.all(good if keep is None else good | ~keep)
@@ -82,28 +98,27 @@ def forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
   return lax.cond(ok, lambda: out, lambda: lap(bounded=False))
 
 
-def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounded):
+def _forward(spec, block: Block, scale, row_thr, *, bounded):
   """``forward``'s lap, with the backend's bounded or exact statistics."""
   be, axis, red = spec.backend, spec.axis_name, spec.reduction
-  if spec.symmetric:
-    y, y_tab, y_mask = x, x_tab, x_mask
+  block = _local(spec, block)
+  x = block.x
   size, me, shift = _ring(axis)
-  n, m = x.shape[0], y.shape[0]
+  n, m = x.shape[0], block.y.shape[0]
 
-  def hop(h, y_vis, yt_vis, ym_vis):
+  def hop(h, visiting):
     src = (me - h) % size
-    return be.fwd_stats(x, y_vis, scale, row_thr=row_thr, x_tab=x_tab, y_tab=yt_vis,
-                        masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
-                        bounded=bounded)
+    return be.fwd_stats(_visit(block, visiting, (me * n, src * m)), scale, row_thr=row_thr,
+                        spec=spec, bounded=bounded)
 
   if size == 1:
-    return _drop_max(spec, hop(0, y, y_tab, y_mask))
+    return _drop_max(spec, hop(0, _columns(block)))
 
   def step(h, carry, send):
     y_vis, yt_vis, ym_vis, lse_row, lse_col, max_row, max_col = carry
     travel = (y_vis, yt_vis, ym_vis)
     y_next, yt_next, ym_next = shift(travel) if send else travel
-    r, c, r_max, c_max = _drop_max(spec, hop(h, y_vis, yt_vis, ym_vis))
+    r, c, r_max, c_max = _drop_max(spec, hop(h, travel))
     lse_row = red.merge(lse_row, r)
     if spec.want_max:
       max_row = jnp.maximum(max_row, r_max)
@@ -117,7 +132,7 @@ def _forward(spec, x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, *, bounde
   cols = full(m, red.empty) if spec.two_sided else None   # the merge's identity
   maxima = (full(n, -jnp.inf), full(m, -jnp.inf) if spec.two_sided else None)
   maxima = maxima if spec.want_max else (None, None)
-  init = (y, y_tab, y_mask, full(n, red.empty), cols) + maxima
+  init = _columns(block) + (full(n, red.empty), cols) + maxima
   return _lap(size, step, init)[3:]
 
 
@@ -126,16 +141,19 @@ def _drop_max(spec, stats):
   return stats if spec.want_max else (*stats[:2], None, None)
 
 
-def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, col):
+def backward(spec, need: Need, block: Block, scale, row, col):
   """``(dx, dy, dscale, dx_tab, dy_tab)``; None where ``need`` says no.
 
-  row: this device's row-role ``Side``; col: its column-role ``Side`` (two-sided
-  blocks). A symmetric block sends its rows' Side round with the block instead:
-  each device then computes only its own rows' gradient, both roles folded.
+  block: this device's shard of both towers, as ``forward`` took it. row: this
+  device's row-role ``Side``; col: its column-role ``Side`` (two-sided blocks). A
+  symmetric block sends its rows' Side round with the block instead: each device then
+  computes only its own rows' gradient, both roles folded.
   """
   be, axis, sym = spec.backend, spec.axis_name, spec.symmetric
+  block = _local(spec, block)
   if sym:
-    y, y_tab, y_mask, col = x, x_tab, x_mask, row
+    col = row
+  x, y, x_tab, y_tab = block.x, block.y, block.x_tab, block.y_tab
   size, me, shift = _ring(axis)
   n, m = x.shape[0], y.shape[0]
   want_y = (not sym) and (need.y or need.y_tab)
@@ -149,33 +167,25 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
   cs_x = want_x and (need.scale or need.x_tab)
   cs_y = want_y and ((need.scale and not want_x) or need.y_tab)
 
-  def pass_x(y_vis, yt_vis, ym_vis, col_vis, src):   # rows of x: dx, sum_j c_ij s_ij
-    return be.bwd(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
-                  masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
-                  want_cs=cs_x, out_dtype=acc)
-
   dy_dtype = glue_dtype(y.dtype) if wide else y.dtype
-
-  def pass_y(y_vis, yt_vis, ym_vis, col_vis, src):   # rows of y: c transposed
-    return be.bwd(y_vis, x, scale, row=col_vis, col=row, x_tab=yt_vis, y_tab=x_tab,
-                  masks=_masks(ym_vis, x_mask), offsets=(src * m, me * n), spec=spec,
-                  want_cs=cs_y, out_dtype=dy_dtype)
-
   # Both towers from one set of coefficients, where the backend can (tiled slabs).
   paired = want_x and want_y and be.pairs(x, y, spec)
 
-  def grads(y_vis, yt_vis, ym_vis, col_vis, src):   # (dx, sx, dy, sy) of one block
+  def grads(visiting, col_vis, src):   # (dx, sx, dy, sy) of one block
+    hop = _visit(block, visiting, (me * n, src * m))
     if paired:
-      return be.bwd_pair(x, y_vis, scale, row=row, col=col_vis, x_tab=x_tab, y_tab=yt_vis,
-                         masks=_masks(x_mask, ym_vis), offsets=(me * n, src * m), spec=spec,
-                         want_cs=(cs_x, cs_y), out_dtype=(acc, dy_dtype))
-    args = (y_vis, yt_vis, ym_vis, col_vis, src)
+      return be.bwd_pair(hop, scale, row=row, col=col_vis, spec=spec, want_cs=(cs_x, cs_y),
+                         out_dtype=(acc, dy_dtype))
     none = (None, None)
-    return (tuple(pass_x(*args)) if want_x else none) + (
-        tuple(pass_y(*args)) if want_y else none)
+    gx = none if not want_x else be.bwd(   # rows of x: dx, sum_j c_ij s_ij
+        hop, scale, row=row, col=col_vis, spec=spec, want_cs=cs_x, out_dtype=acc)
+    gy = none if not want_y else be.bwd(   # rows of y: the transposed block, c transposed
+        hop.transposed(), scale, row=col_vis, col=row, spec=spec, want_cs=cs_y,
+        out_dtype=dy_dtype)
+    return tuple(gx) + tuple(gy)
 
   if size == 1:
-    dx, sx, dy, sy = grads(y, y_tab, y_mask, col, 0)
+    dx, sx, dy, sy = grads(_columns(block), col, 0)
   else:
     zeros = lambda shape: to_varying(jnp.zeros(shape, glue_dtype(x.dtype)), axis)
     k = () if spec.dims is None else (len(spec.dims),)
@@ -187,14 +197,14 @@ def backward(spec, need: Need, x, y, scale, x_tab, y_tab, x_mask, y_mask, row, c
       src = (me - h) % size
       travel = (y_vis, yt_vis, ym_vis, col_vis)
       nxt = shift(travel) if send else travel
-      d, c, d_y, c_y = grads(*travel, src)
+      d, c, d_y, c_y = grads(travel[:3], col_vis, src)
       if want_x:
         dx, sx = dx + d, add(sx, c)
       if want_y:   # the visiting block's gradient rides with it and arrives home
         dy, sy = shift((dy + d_y, add(sy, c_y)))
       return (*nxt, dx, sx, dy, sy)
 
-    init = (y, y_tab, y_mask, col,
+    init = (*_columns(block), col,
             zeros(x.shape) if want_x else None, zeros(k + (n,)) if cs_x else None,
             zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None)
     _, _, _, _, dx, sx, dy, sy = _lap(size, step, init)

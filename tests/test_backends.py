@@ -45,6 +45,24 @@ def test_every_backend_meets_the_protocol(which):
   assert be.name == (which if which != "triton_class" else "triton")
 
 
+def test_protocol_methods_take_few_parameters():
+  # A block's traced operands travel as one backends.Block (issue 35: <= ~8 parameters).
+  for name in ("default_config", "fwd_floor", "pairs") + base.LAUNCHING:
+    assert len(_keywords(getattr(backends.Backend, name))) <= 7, name
+  for name in base.LAUNCHING:
+    assert list(inspect.signature(getattr(backends.Backend, name)).parameters)[1] == "block"
+
+
+def test_block_transposed_swaps_rows_and_columns():
+  x, y, xt, yt = jnp.ones((3, 4)), jnp.zeros((5, 4)), jnp.ones((2, 3)), jnp.zeros((2, 5))
+  xm, ym = jnp.ones(3, bool), jnp.zeros(5, bool)
+  blk = backends.Block(x, y, xt, yt, xm, ym, offsets=(6, 10))
+  t = blk.transposed()
+  assert t.x is y and t.y is x and t.x_tab is yt and t.y_tab is xt
+  assert t.masks == (ym, xm) and t.offsets == (10, 6) and t.transposed() == blk
+  assert backends.Block(x, y).masks is None and backends.Block(x, y).offsets == (0, 0)
+
+
 def test_only_the_reference_computes_whole_losses():
   assert isinstance(backends.resolve("reference"), backends.DenseBackend)
   for name in ("blockwise", "interpret"):

@@ -74,14 +74,13 @@ class Tiles:
   def pairs(self, x, y, spec):
     return False
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False):
-    assert row_thr is None and x_tab is None and not bounded
-    red, n = spec.reduction, x.shape[0]
+  def fwd_stats(self, block, scale, *, row_thr, spec, bounded=False):
+    assert row_thr is None and block.x_tab is None and not bounded
+    red, x, n = spec.reduction, block.x, block.x.shape[0]
     stat = jnp.full((n,), red.empty, x.dtype)
     mx = jnp.full((n,), -jnp.inf, x.dtype)
     cols = []
-    for j0, z, keep, _ in self._tiles(x, y, scale, masks, offsets, spec):
+    for j0, z, keep, _ in self._tiles(block, scale, spec):
       stat = red.merge(stat, red.tile(z, keep, axis=-1))
       mx = jnp.maximum(mx, jnp.max(jnp.where(keep, z, -jnp.inf), axis=-1))
       cols.append((red.tile(z, keep, axis=0), jnp.max(jnp.where(keep, z, -jnp.inf), axis=0)))
@@ -90,11 +89,10 @@ class Tiles:
     stat_col, max_col = (jnp.concatenate(c) for c in zip(*cols))
     return stat, stat_col, mx, max_col
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-          out_dtype):
-    red = spec.reduction
+  def bwd(self, block, scale, *, row, col, spec, want_cs, out_dtype):
+    red, x, y = spec.reduction, block.x, block.y
     dx, cs = jnp.zeros(x.shape, x.dtype), jnp.zeros(x.shape[:1], x.dtype)
-    for j0, z, keep, s in self._tiles(x, y, scale, masks, offsets, spec):
+    for j0, z, keep, s in self._tiles(block, scale, spec):
       j1 = j0 + z.shape[1]
       coef = jnp.zeros_like(z)
       if row is not None:
@@ -106,8 +104,9 @@ class Tiles:
       dx = dx + scale * coef @ y[j0:j1]
     return dx.astype(out_dtype), (cs if want_cs else None)
 
-  def _tiles(self, x, y, scale, masks, offsets, spec):
+  def _tiles(self, block, scale, spec):
     """(first column, z, keep, s) of each column tile; the last may be narrower."""
+    x, y, masks, offsets = block.x, block.y, block.masks, block.offsets
     rows = offsets[0] + jnp.arange(x.shape[0])
     for j0 in range(0, y.shape[0], self.tile):
       y_t = y[j0:j0 + self.tile]

@@ -5,9 +5,10 @@ only when resolved). See ``registry`` for the names and ``base`` for the contrac
 """
 
 from memeff_jax.backends.base import Backend
+from memeff_jax.backends.base import Block
 from memeff_jax.backends.base import DenseBackend
 from memeff_jax.backends.registry import NAMES
 from memeff_jax.backends.registry import BackendName
 from memeff_jax.backends.registry import resolve
 
-__all__ = ["NAMES", "Backend", "BackendName", "DenseBackend", "resolve"]
+__all__ = ["NAMES", "Backend", "BackendName", "Block", "DenseBackend", "resolve"]

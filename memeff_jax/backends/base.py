@@ -2,7 +2,8 @@
 the first-order guard generated from it.
 
 A backend computes one block's statistics and their gradient (docs/math.md §3; the
-ring calls it once per hop, §9):
+ring calls it once per hop, §9), on the block's traced operands (``Block``) and its
+static options (``_core.BlockSpec``):
 ``fwd_stats`` the row (and column) log-sum-exps and maxima, ``bwd`` the rows'
 gradient from them, ``bwd_pair`` both towers' from one pass where ``pairs`` says so,
 ``fwd_floor`` the lse above which a bounded forward is exact (None: exact only), and
@@ -13,7 +14,7 @@ methods marked ``@launches`` run kernels; ``first_order_only`` wraps exactly tho
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import jax
 
@@ -24,11 +25,42 @@ def launches(fn: Callable) -> Callable:
   return fn
 
 
+class Block(NamedTuple):
+  """One block's operands as a backend sees them (one ring hop: this device's rows
+  against the visiting columns). A pytree of arrays (None where absent), so the
+  first-order guard passes it through like any argument.
+
+  x: [n, d] rows; y: [m, d] columns (a symmetric block: y is x).
+  x_tab / y_tab: Matryoshka inverse-norm tables [K, n] / [K, m], or None (plain block).
+  x_mask / y_mask: ``where`` bool row masks [n] / [m], both or neither.
+  offsets: the global index of the first row and of the first column (``exclude_self``
+  compares them); ints, or int32 scalars inside a ring.
+  """
+
+  x: jax.Array
+  y: jax.Array
+  x_tab: jax.Array | None = None
+  y_tab: jax.Array | None = None
+  x_mask: jax.Array | None = None
+  y_mask: jax.Array | None = None
+  offsets: tuple = (0, 0)
+
+  @property
+  def masks(self) -> tuple | None:
+    """``(x_mask, y_mask)``, or None without ``where``."""
+    return None if self.x_mask is None else (self.x_mask, self.y_mask)
+
+  def transposed(self) -> "Block":
+    """The same block with rows and columns swapped (the columns' gradient pass)."""
+    return Block(self.y, self.x, self.y_tab, self.x_tab, self.y_mask, self.x_mask,
+                 self.offsets[::-1])
+
+
 @runtime_checkable
 class Backend(Protocol):
   """One block's statistics and gradient; see ``_core`` for the contract (shapes,
-  ``spec``, ``offsets``, ``masks``). Backends are frozen, hashable dataclasses: the
-  ``BlockSpec`` that holds one keys the cached custom_vjp."""
+  ``spec``) and ``Block`` for the operands. Backends are frozen, hashable dataclasses:
+  the ``BlockSpec`` that holds one keys the cached custom_vjp."""
 
   name: str
 
@@ -42,18 +74,17 @@ class Backend(Protocol):
     """Whether ``bwd_pair`` serves this block (when both towers need a gradient)."""
 
   @launches
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False) -> tuple:
-    """``(lse_row, lse_col, max_row, max_col)`` of the block (column ones: two_sided)."""
+  def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False) -> tuple:
+    """``(lse_row, lse_col, max_row, max_col)`` of the block (column ones: two_sided);
+    ``row_thr``: the rows' thresholds [n] ([K, n] with dims), or None."""
 
   @launches
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-          out_dtype) -> tuple:
-    """``(dx, cs)``: the rows' gradient and (want_cs) their sums ``sum_j c_ij s_ij``."""
+  def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:
+    """``(dx, cs)``: the rows' gradient and (want_cs) their sums ``sum_j c_ij s_ij``,
+    from the rows' and columns' ``_core.Side`` statistics (either may be None)."""
 
   @launches
-  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-               out_dtype) -> tuple:
+  def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:
     """``(dx, cs_x, dy, cs_y)`` from one set of coefficients; ``want_cs`` and
     ``out_dtype`` are pairs (x, y)."""
 

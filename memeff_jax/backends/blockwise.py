@@ -4,11 +4,12 @@
 It runs on CPU, TPU and GPU, is the fallback where Triton is unavailable, and is an
 independent check on the kernels. Readable rather than fast.
 
-Conventions shared with the kernels (see ``_core``): the block is
-``z_ij = scale * s_ij`` with ``s_ij = <x_i, y_j>`` (or, with prefix ``dims``,
-``s^k_ij = a_ik b_jk <x_i[:m_k], y_j[:m_k]>``), entry (i, j) is kept iff
-``s_ij <= row_thr_i`` (when given), with ``exclude_self`` global row index !=
-global column index, and with the ``where`` masks row i and column j are both kept.
+Conventions shared with the kernels (see ``_core``; the operands come as a
+``backends.base.Block``): the block is ``z_ij = scale * s_ij`` with
+``s_ij = <x_i, y_j>`` (or, with prefix ``dims``, ``s^k_ij = a_ik b_jk <x_i[:m_k], y_j[:m_k]>``),
+entry (i, j) is kept iff ``s_ij <= row_thr_i`` (when given), with ``exclude_self``
+global row index != global column index, and with the ``where`` masks row i and
+column j are both kept.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from jax import lax
 
 from memeff_jax._compat import vary_like
 from memeff_jax._terms import glue_dtype, log_add_exp, masked_lse
+from memeff_jax.backends.base import Block
 from memeff_jax.config import KernelConfig
 
 _HI = lax.Precision.HIGHEST
@@ -94,14 +96,13 @@ class BlockwiseBackend:
     """None: the blockwise forward is exact only (``ring.forward``)."""
     return None
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False):
+  def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False):
     assert not bounded, "the blockwise forward is exact only"
+    x, y, x_tab, y_tab, x_ok, y_ok, offsets = block
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(self._tile(spec), m)
     row_thr = _k(row_thr, dims)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
-    x_ok, y_ok = (None, None) if masks is None else masks
     starts, (y_s, yt_s, ok_s) = _tiles(tile, m, (y, -2), (y_tab, -1), (y_ok, -1))
 
     def body(carry, inp):
@@ -130,21 +131,19 @@ class BlockwiseBackend:
   def pairs(self, x, y, spec) -> bool:   # one gradient pass per tower: no bwd_pair
     return False
 
-  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-               out_dtype):
+  def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     raise NotImplementedError("the blockwise backend has no paired gradient (pairs is False)")
 
   def _tile(self, spec) -> int:
     return self.tile if self.tile is not None else _config(spec).blockwise.tile
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-          out_dtype):
+  def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
+    x, y, x_tab, y_tab, x_ok, y_ok, offsets = block
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]
     tile = min(self._tile(spec), m)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
     r_lse, r_g, r_thr = (_k(v, dims) for v in row) if row is not None else (None,) * 3
     c_lse, c_g, c_thr = (_k(v, dims) for v in col) if col is not None else (None,) * 3
-    x_ok, y_ok = (None, None) if masks is None else masks
     starts, (y_s, yt_s, cl_s, cg_s, ct_s, ok_s) = _tiles(
         tile, m, (y, -2), (y_tab, -1), (c_lse, -1), (c_g, -1), (c_thr, -1), (y_ok, -1))
 

@@ -15,6 +15,7 @@ import functools
 from typing import Callable
 
 from memeff_jax import reference
+from memeff_jax.backends.base import Block
 from memeff_jax.backends.blockwise import BlockwiseBackend
 
 # One tile of every column: the block's logits materialized at once.
@@ -36,18 +37,14 @@ class ReferenceBackend:
   def pairs(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
     return False
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False):
-    return _DENSE.fwd_stats(x, y, scale, row_thr=row_thr, x_tab=x_tab, y_tab=y_tab,
-                            masks=masks, offsets=offsets, spec=spec, bounded=bounded)
+  def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False):
+    return _DENSE.fwd_stats(block, scale, row_thr=row_thr, spec=spec, bounded=bounded)
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-          out_dtype):
-    return _DENSE.bwd(x, y, scale, row=row, col=col, x_tab=x_tab, y_tab=y_tab, masks=masks,
-                      offsets=offsets, spec=spec, want_cs=want_cs, out_dtype=out_dtype)
+  def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
+    return _DENSE.bwd(block, scale, row=row, col=col, spec=spec, want_cs=want_cs,
+                      out_dtype=out_dtype)
 
-  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-               out_dtype):
+  def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     raise NotImplementedError("backend='reference' has no paired gradient (pairs is False)")
 
   def dense_loss(self, oracle: Callable, arrays, *, dims, weights, axis_name, **options):

@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from memeff_jax.backends.base import Block
 from memeff_jax.backends.triton.backward import lse_bwd
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
@@ -113,11 +114,11 @@ class TritonBackend:
     return resolve_plan(PlanKey(self.interpret, spec.config, spec.dims, x.shape[1],
                                 jnp.dtype(x.dtype), self._smem_kib()))
 
-  def _setup(self, spec, x, x_tab, y_tab):
+  def _setup(self, spec, block: Block):
     """(config, prefix or None) of the block: the prefix is Matryoshka's
     ``(x_tab, y_tab, ladder)``."""
-    p = self.plan(spec, x)
-    return p.config, (None if p.ladder is None else (x_tab, y_tab, p.ladder))
+    p = self.plan(spec, block.x)
+    return p.config, (None if p.ladder is None else (block.x_tab, block.y_tab, p.ladder))
 
   def fwd_floor(self, x, scale, spec):
     """None where the block's forward is exact only; else the floor (natural log units)
@@ -125,42 +126,42 @@ class TritonBackend:
     that is kept must reach it, or the caller reruns the exact forward)."""
     return fwd_floor(scale) if self.plan(spec, x).bounded else None
 
-  def fwd_stats(self, x, y, scale, *, row_thr, x_tab, y_tab, masks, offsets, spec,
-                bounded=False):
-    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+  def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False):
+    cfg, prefix = self._setup(spec, block)
+    x, y = block.x, block.y
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
-    return lse_fwd(x, y, scale, row_thr, offsets, two_sided=spec.two_sided,
+    return lse_fwd(x, y, scale, row_thr, block.offsets, two_sided=spec.two_sided,
                    exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
-                   prefix=prefix, masks=masks, bounded=bounded, want_max=spec.want_max)
+                   prefix=prefix, masks=block.masks, bounded=bounded, want_max=spec.want_max)
 
-  def bwd(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-          out_dtype):
-    cfg, prefix = self._setup(spec, x, x_tab, y_tab)
+  def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
+    cfg, prefix = self._setup(spec, block)
+    x, y = block.x, block.y
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
-    dx, cs = lse_bwd(x, y, scale, offsets, row, col, exclude_self=spec.exclude_self,
+    dx, cs = lse_bwd(x, y, scale, block.offsets, row, col, exclude_self=spec.exclude_self,
                      want_cs=want_cs, out_dtype=out_dtype, config=cfg,
-                     interpret=self.interpret, prefix=prefix, masks=masks)
+                     interpret=self.interpret, prefix=prefix, masks=block.masks)
     return (dx if prefix is None else prefix[2].unpad(dx)), cs
 
   def pairs(self, x, y, spec) -> bool:
     """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
     return self.plan(spec, x).pairs(y.shape[0])
 
-  def bwd_pair(self, x, y, scale, *, row, col, x_tab, y_tab, masks, offsets, spec, want_cs,
-               out_dtype):
+  def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of
     y (the transposed block): ``(dx, cs_x, dy, cs_y)``; ``want_cs`` and ``out_dtype``
     are pairs (x, y)."""
+    x, y = block.x, block.y
     p = self.plan(spec, x)
-    prefix = None if p.ladder is None else (x_tab, y_tab, p.ladder)
+    prefix = None if p.ladder is None else (block.x_tab, block.y_tab, p.ladder)
     if prefix is not None:
       x, y = p.ladder.pad(x), p.ladder.pad(y)
     dx, cs, dy, cs_col = lse_bwd(
-        x, y, scale, offsets, row, col, exclude_self=spec.exclude_self, want_cs=want_cs[0],
-        out_dtype=out_dtype[0], config=p.paired, interpret=self.interpret, prefix=prefix,
-        masks=masks, pair=(want_cs[1], out_dtype[1]))
+        x, y, scale, block.offsets, row, col, exclude_self=spec.exclude_self,
+        want_cs=want_cs[0], out_dtype=out_dtype[0], config=p.paired, interpret=self.interpret,
+        prefix=prefix, masks=block.masks, pair=(want_cs[1], out_dtype[1]))
     if prefix is not None:
       dx, dy = p.ladder.unpad(dx), p.ladder.unpad(dy)
     return dx, cs, dy, cs_col
