@@ -115,6 +115,16 @@ def module_options_doc(spec: Spec) -> str:
 """
 
 
+def module_methods(spec: Spec, stats: Callable, owner: str) -> tuple[Callable, Callable]:
+  """A Flax module's ``__call__`` (the loss) and ``with_stats`` (``(loss, stats)``), both
+  ``call_method``s of ``stats(self, *arrays, stats: bool = True, ...)``."""
+  call = call_method(spec, functools.partial(stats, stats=False), "__call__",
+                     f"The loss of {spec.what}: a float32 scalar.", owner)
+  with_stats = call_method(spec, stats, "with_stats", f"``(loss, stats)`` as "
+                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", owner)
+  return call, with_stats
+
+
 def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> Callable:
   """The method ``owner.name(self, <spec's arrays>, *, tau_plus=None, where=None)``
   (the family's array names, ``hard_negatives=None`` optional) returning ``body(self,

@@ -62,7 +62,6 @@ the chunks: towers with BatchNorm belong in :func:`memeff_jax.nnx.grad_cache`::
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import flax.linen as nn
@@ -72,7 +71,7 @@ import jax.numpy as jnp
 from memeff_jax._options import OPTIONS
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, MODULE_OPTIONS, SPECS, Spec, call_loss,
-                                  call_method, check_max_logit_scale, initial_log_scale,
+                                  module_methods, check_max_logit_scale, initial_log_scale,
                                   matryoshka_options, module_doc, module_options_doc,
                                   temperature_from_log_scale)
 from memeff_jax.grad_caching import grad_cache
@@ -149,10 +148,7 @@ def _module(spec: Spec) -> type:
   doc = (module_doc(spec, "``apply", '``method="with_stats"``', "variables, ") + _ATTRS_DOC +
          module_options_doc(spec))
   name = f"{spec.tag}Loss"
-  call = call_method(spec, functools.partial(_LossModule._stats, stats=False), "__call__",
-                     f"The loss of {spec.what}: a float32 scalar.", name)
-  with_stats = call_method(spec, _LossModule._stats, "with_stats", f"``(loss, stats)`` as "
-                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", name)
+  call, with_stats = module_methods(spec, _LossModule._stats, name)
   # Through Linen's metaclass, with the methods in the body: Linen wraps them there.
   return type(_LossModule)(name, (_LossModule,), dict(
       _fields(spec.options), __module__=__name__, __qualname__=name,

@@ -33,7 +33,6 @@ Example:
 from __future__ import annotations
 
 import inspect
-import functools
 from typing import Any, Callable
 
 import jax
@@ -43,7 +42,7 @@ from flax import nnx
 from memeff_jax._options import OPTIONS
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, MODULE_OPTIONS, SPECS, Spec, call_loss,
-                                  call_method, check_max_logit_scale, initial_log_scale,
+                                  module_methods, check_max_logit_scale, initial_log_scale,
                                   matryoshka_options, module_doc, module_options_doc,
                                   temperature_from_log_scale)
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
@@ -105,10 +104,7 @@ def _module(spec: Spec) -> type:
   doc = (module_doc(spec, "Call it as ``module", "``module.with_stats(...)``") + _INIT_DOC +
          module_options_doc(spec))
   name = f"{spec.tag}Loss"
-  call = call_method(spec, functools.partial(_LossModule._stats, stats=False), "__call__",
-                     f"The loss of {spec.what}: a float32 scalar.", name)
-  with_stats = call_method(spec, _LossModule._stats, "with_stats", f"``(loss, stats)`` as "
-                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", name)
+  call, with_stats = module_methods(spec, _LossModule._stats, name)
 
   def __init__(self, **options):
     _LossModule.__init__(self, **options)
