@@ -38,16 +38,18 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|error" | cut -c1-260; }
 if has tests; then
   # TEST_IDS: a file of test ids to run instead of all of them (e.g. a rerun);
-  # TEST_PROCS: parallel pytest processes (4).
-  python -m pytest --collect-only -q -m gpu tests/test_gpu.py -o addopts="" -p no:cacheprovider \
-    | grep "::" > /tmp/gpu_ids
-  [ -n "$TEST_IDS" ] && cp "$TEST_IDS" /tmp/gpu_ids
+  # TEST_PROCS: parallel pytest processes (4). At T_TESTS a shard gets SIGINT: pytest
+  # still reports its failures.
+  if [ -n "$TEST_IDS" ]; then cp "$TEST_IDS" /tmp/gpu_ids; else
+    python -m pytest --collect-only -q -m gpu tests/test_gpu.py -o addopts="" \
+      -p no:cacheprovider | grep "::" > /tmp/gpu_ids
+  fi
   procs=${TEST_PROCS:-4}
   for i in $(seq 0 $((procs - 1))); do
     awk -v i=$i -v p=$procs 'NR % p == i' /tmp/gpu_ids > /tmp/gpu_ids.$i
     [ -s /tmp/gpu_ids.$i ] || continue   # an empty shard would run the whole file
-    timeout ${T_TESTS:-420} python -m pytest -m gpu $(cat /tmp/gpu_ids.$i) -v -p no:cacheprovider \
-      -o addopts="" -rf --tb=short > "$OUT/gpu_tests.$i.log" 2>&1 &
+    timeout -s INT -k 30 ${T_TESTS:-420} python -m pytest -m gpu $(cat /tmp/gpu_ids.$i) -v -p no:cacheprovider \
+      -o addopts="" -rf --tb=short --durations=30 > "$OUT/gpu_tests.$i.log" 2>&1 &
   done
   wait
   # One log: the device returns at most 8 files, and the CSVs of later stages must fit.

@@ -44,6 +44,7 @@ class Tower(NamedTuple):
   v32: jax.Array                # its fp32 copy, fp64 for fp64 (cotangents sum there, round once)
   tab: jax.Array | None         # [K, ...rows] prefix inverse norms (Matryoshka), else None
   pre: tuple | None = None      # one block per dim: each dim's renormalized prefixes
+  pre32: tuple | None = None    # and their fp32 copies (the glue's: cotangents round once)
 
 
 class Ctx(NamedTuple):
@@ -64,9 +65,8 @@ class Ctx(NamedTuple):
     per dim, from the blocks' own rounded prefixes (the positives and the margin's
     thresholds round as the blocks' similarities do)."""
     if a.pre is not None:
-      up = lambda v: v.astype(a.v32.dtype)
-      return jnp.stack([jnp.einsum(axis, up(u), up(w), precision=lax.Precision.HIGHEST)
-                        for u, w in zip(a.pre, b.pre)])
+      return jnp.stack([jnp.einsum(axis, u, w, precision=lax.Precision.HIGHEST)
+                        for u, w in zip(a.pre32, b.pre32)])
     return _prefix_dots(a, b, self.dims, axis)
 
   def block(self, x: Tower, y: Tower | None, row_thr=None, **spec) -> tuple:
@@ -97,13 +97,16 @@ class Ctx(NamedTuple):
     """[K, D] global sum of the unit (prefix) rows, zero past each dim."""
     if self.dims is None:
       return self.gsum(jnp.sum(t.v32, axis=0))[None]
+    d = t.v32.shape[-1]
+    if t.pre is not None:   # the blocks' own rounded prefixes, as ``sims`` reads them
+      s = jnp.stack([jnp.pad(jnp.sum(p, axis=0), (0, d - p.shape[-1])) for p in t.pre32])
+      return self.gsum(s)
     s = jnp.einsum("kn,nd->kd", t.tab, t.v32, precision=lax.Precision.HIGHEST)
-    return self.gsum(s * _prefix_mask(self.dims, t.v32.shape[-1]))
+    return self.gsum(s * _prefix_mask(self.dims, d))
 
   def self_sum(self, t: Tower) -> jax.Array:
     """[K] global sum of the unit (prefix) rows' squared norms."""
-    sq = _prefix_dots(t, t, self.dims, "id,id->i")
-    return self.gsum(jnp.sum(sq, axis=-1))
+    return self.gsum(jnp.sum(self.sims(t, t), axis=-1))
 
 
 class Head(NamedTuple):
@@ -295,11 +298,12 @@ def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
   from an fp32 copy: the K prefixes' cotangents sum there and round once."""
   v32 = v.astype(_terms.glue_dtype(v.dtype))
   tab = None if dims is None else _inverse_norms(v32, dims)
-  pre = None
+  pre = pre32 = None
   if raw is not None:
     raw32 = upcast(raw)
     pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
-  return Tower(v, v32, tab, pre)
+    pre32 = tuple(p.astype(v32.dtype) for p in pre)
+  return Tower(v, v32, tab, pre, pre32)
 
 
 def _segments(dims, v):

@@ -13,6 +13,10 @@ if not HAS_GPU:
   os.environ.setdefault("TRITON_INTERPRET", "1")
 else:   # several pytest processes (pytest-xdist) share the GPU
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+  # The tests time nothing: XLA's GEMM autotuning (dozens of compiled variants per dot of
+  # the dense references, on every core) would only slow the compile-bound GPU tests.
+  if "xla_gpu_autotune_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_gpu_autotune_level=0"
 
 # Shared test code (tests/support/__init__.py), and scripts the tests start in
 # subprocesses: no test modules, no doctests.

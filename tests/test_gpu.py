@@ -15,8 +15,8 @@ from memeff_jax.config import default_config
 from memeff_jax.backends.triton import backend as launch
 from tests.support import towers
 from tests.support.check import compare
-from tests.support.data import (BOUNDED_CASES, features, graded_rows, qwen3_batch,
-                                where_mask, with_exact_ties)
+from tests.support.data import (BOUNDED_CASES, decisive_margin, features, graded_rows,
+                                qwen3_batch, where_mask, with_exact_ties)
 from tests.support.families import FAMILIES, eager_matryoshka
 from tests.support.oracle import block_lse64, count_pairs, count_qwen3
 
@@ -174,9 +174,11 @@ def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
   # 64-aligned ladder at d = 512, the tiled one for the others); fp32: ieee dots on the
   # plain configs' tiles (one block: the tiled gradient).
   fam = FAMILIES[family]
-  fn, ref, kw = fam.loss, fam.reference_with_stats, fam.options
+  fn, ref, kw = fam.loss, fam.reference_with_stats, dict(fam.options)
   arrays = (qwen3_batch(b, b, d, 3, dtype) if "qwen3" in family else
             features(b + d, [(b, d), (b, d)], dtype))
+  if "margin" in kw:   # no candidate within 16-bit rounding of a threshold, at any prefix
+    kw["margin"] = decisive_margin(*arrays, dims, kw["margin"])
   weights = tuple(np.linspace(0.5, 1.5, len(dims)))
   opts = dict(tau_plus=0.05 if b % 2 and b > 1 else 0.0, label_smoothing=0.1, lse_square_scale=1e-3)
   cfg = _cfg(d, dtype) if dtype == jnp.float32 else None
@@ -349,15 +351,16 @@ def test_matryoshka_fitted_to_smaller_gpus_triton(monkeypatch, smem_kib):
   monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
   b, d, dims = 300, 512, (64, 128, 256, 512)
   backend = launch.TritonBackend()
-  cfg = dataclasses.replace(backend.default_config(d, jnp.bfloat16), matryoshka_per_dim=False)
-  fitted = backend._setup(_core.BlockSpec(backend=backend, config=cfg, dims=dims),
-                          jnp.zeros((b, d), jnp.bfloat16), None, None)[0]
-  assert ((not fitted.bwd_tiled and fitted.bwd_num_stages == 2) if smem_kib == 163 else
-          fitted.bwd_tiled)
+  cfg = backend.default_config(d, jnp.bfloat16)
+  fitted = backend.plan(_core.BlockSpec(backend=backend, config=cfg, dims=dims),
+                        jnp.zeros((b, d), jnp.bfloat16)).config
+  assert ((not fitted.algorithm.bwd_tiled and fitted.bwd.num_stages == 2) if smem_kib == 163
+          else fitted.algorithm.bwd_tiled)
   arrays = features(b + d, [(b, d), (b, d)], jnp.bfloat16)
   weights = tuple(np.linspace(0.5, 1.5, len(dims)))
   compare(lambda *a, **k: mj.clip_loss(*a, backend="triton", config=cfg, matryoshka_dims=dims,
-                                       matryoshka_weights=weights, **k),
+                                       matryoshka_weights=weights, matryoshka_per_dim=False,
+                                       **k),
           lambda *a, **k: reference.matryoshka_fused_with_stats(
               reference.clip_loss_with_stats, *a, dims=dims, weights=weights, **k)[0],
           arrays, dtype=jnp.bfloat16, tau_plus=0.05, label_smoothing=0.1, lse_square_scale=1e-3)

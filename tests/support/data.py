@@ -73,6 +73,40 @@ def with_exact_ties(b, d, dtype, dims=(8, 24)):
   return out
 
 
+def margin_offsets(q, doc, h, dims) -> np.ndarray:
+  """Every negative's similarity minus its row's positive's, at every prefix dim, in
+  float64 on the (rounded) inputs: the candidates of the q-d, q-q, d-d and hard-negative
+  groups, the pairs i == j left out. The margin mask keeps ``offset <= margin``."""
+  off = ~np.eye(len(q), dtype=bool)
+  out = []
+  for m in dims:
+    unit = lambda v: v[..., :m] / np.linalg.norm(v[..., :m], axis=-1, keepdims=True)
+    qu, du, hu = (unit(np.asarray(jnp.asarray(v, jnp.float32), np.float64))
+                  for v in (q, doc, h))
+    p = np.sum(qu * du, -1)[:, None]
+    out += [(qu @ du.T - p)[off], (qu @ qu.T - p)[off], (du @ du.T - p)[off],
+            (np.einsum("id,ikd->ik", qu, hu) - p).ravel()]
+  return np.concatenate(out)
+
+
+def decisive_margin(q, doc, h, dims, margin=0.05, hi=0.6):
+  """``margin`` if every candidate is at least a rounding gap from its threshold at
+  every prefix, else the middle of the widest gap between candidates' offsets in
+  [0, hi] (asserted >= 2 gaps wide, with candidates above it: the mask still drops
+  some). The gap: 2e-3 for 16-bit inputs (a similarity of 16-bit unit vectors is off by
+  ~1e-3), 1e-5 for fp32. A candidate nearer than that may cross the margin in one path
+  and not in another, a discontinuity no tolerance covers; small prefixes (8 of 72
+  features, B = 300) have candidates within 1e-5 of 0.05."""
+  gap = 1e-5 if jnp.dtype(q.dtype).itemsize >= 4 else 2e-3
+  v = margin_offsets(q, doc, h, dims)
+  if np.min(np.abs(v - margin)) >= gap:
+    return margin
+  w = np.sort(v[(v >= 0) & (v <= hi)])
+  i = int(np.argmax(np.diff(w)))
+  assert w[i + 1] - w[i] >= 2 * gap and np.any(v > w[i + 1]), (w[i], w[i + 1])
+  return float(w[i] + w[i + 1]) / 2
+
+
 def ring_batch(b, d, k):
   """Unit queries, documents (row 5 a near-duplicate of row 3, for the Qwen3 mask) and
   hard negatives, and a per-row tau_plus on [0, 0.4): float32 ``[q, d, h, tau]``."""
