@@ -2,6 +2,7 @@
 
 from memeff_jax import reference
 from memeff_jax._terms import ContrastiveStats
+from memeff_jax._terms import SigLIPStats
 from memeff_jax._checkify import checkify_checks
 from memeff_jax._version import __version__
 from memeff_jax.clip import clip_loss
@@ -17,6 +18,8 @@ from memeff_jax.qwen3 import lit_qwen3_loss_with_stats
 from memeff_jax.qwen3 import qwen3_loss
 from memeff_jax.qwen3 import qwen3_loss_with_stats
 from memeff_jax.sharding import sharded
+from memeff_jax.siglip import siglip_loss
+from memeff_jax.siglip import siglip_loss_with_stats
 
 __all__ = [
     "ContrastiveStats",
@@ -36,4 +39,7 @@ __all__ = [
     "qwen3_loss_with_stats",
     "reference",
     "sharded",
+    "siglip_loss",
+    "siglip_loss_with_stats",
+    "SigLIPStats",
 ]

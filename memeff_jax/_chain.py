@@ -69,24 +69,24 @@ class Ctx(NamedTuple):
                         for u, w in zip(a.pre32, b.pre32)])
     return _prefix_dots(a, b, self.dims, axis)
 
-  def block(self, x: Tower, y: Tower | None, row_thr=None, **spec) -> tuple:
+  def block(self, x: Tower, y: Tower | None, row_thr=None, bias=None, **spec) -> tuple:
     """(lse_row, lse_col, max_row, max_col) of a kernel block, each [K, rows] (the column
-    ones None unless two_sided)."""
+    ones None unless two_sided); ``spec`` may name the ``reduction`` (and its ``bias``)."""
     if row_thr is not None and self.dims is None:
       row_thr = row_thr[0]
     y_mask = None if (y is None or self.mask is None) else self.mask
     if x.pre is not None:   # one plain block per dim, on its renormalized prefixes
       outs = [block_lse(xk, None if y is None else y.pre[k], self.scale,
                         None if row_thr is None else row_thr[k], None, None, self.mask, y_mask,
-                        spec=self.spec(dims=None, **spec)) for k, xk in enumerate(x.pre)]
+                        bias, spec=self.spec(dims=None, **spec)) for k, xk in enumerate(x.pre)]
       return tuple(None if o[0] is None else jnp.stack(o) for o in zip(*outs))
     # float16 prefix blocks take fp32 rows: a zero row's tables (1e12) scale its
     # gradient inside the block beyond float16 (docs/math.md §2).
     wide = self.dims is not None and x.v.dtype == jnp.float16
     v = lambda t: None if t is None else (t.v32 if wide else t.v)
     out = block_lse(v(x), v(y), self.scale, row_thr, x.tab, None if y is None else y.tab,
-                    self.mask, y_mask, spec=self.spec(dims=self.dims, cast=x.v.dtype if wide
-                                                      else None, **spec))
+                    self.mask, y_mask, bias, spec=self.spec(
+                        dims=self.dims, cast=x.v.dtype if wide else None, **spec))
     return tuple(None if o is None else (o if self.dims else o[None]) for o in out)
 
   def row_sum(self, v: jax.Array) -> jax.Array:
@@ -120,6 +120,7 @@ class Head(NamedTuple):
   cross: Callable[[], jax.Array]   # [K] sum over rows of every candidate's similarity
                                    # minus the positives' (label smoothing's A)
   reduction: Reduction = SOFTMAX   # turns each direction into its loss terms (.term)
+  bias: jax.Array | None = None    # the reduction's logit bias (the sigmoid's), or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +133,8 @@ class Family:
   head: Callable[..., Head]         # head(ctx, towers, **family_options)
   reference: Callable               # reference *_with_stats
   options: tuple[str, ...] = ()     # the family's own keywords (rows of the options table)
+  shared: tuple[str, ...] = SHARED  # the shared keywords it takes (the others: defaults)
+  stats: Callable | None = None     # stats(pieces) -> its stats; None: ContrastiveStats
 
 
 def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
@@ -155,9 +158,10 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
 
 def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   arrays = [_validation.as_array(o.pop(a)) for a in family.arrays]
-  if set(o) != set(SHARED + family.options):   # o: the options as passed
+  if set(o) != set(family.shared + family.options):   # o: the options as passed
     raise TypeError(f"internal: {family.name} options {sorted(o)} != "
-                    f"{sorted(SHARED + family.options)}")
+                    f"{sorted(family.shared + family.options)}")
+  o.update(_options.defaults([k for k in SHARED if k not in family.shared]))
   n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
@@ -179,11 +183,11 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   be, config, axis_name = opt["backend"], opt["config"], opt["axis_name"]
   own = {k: opt[k] for k in family.options}
   if isinstance(be, DenseBackend):   # backend="reference": the family's dense oracle
+    given = dict(stable=o["stable"], tau_plus=tau_plus, label_smoothing=o["label_smoothing"],
+                 lse_square_scale=o["lse_square_scale"])
     return be.dense_loss(family.reference, arrays, dims=dims, weights=weights,
                          axis_name=axis_name, **own, temperature=temperature,
-                         stable=o["stable"], tau_plus=tau_plus,
-                         label_smoothing=o["label_smoothing"],
-                         lse_square_scale=o["lse_square_scale"], where=mask,
+                         **{k: v for k, v in given.items() if k in family.shared}, where=mask,
                          normalized_inputs=o["normalized_inputs"])
 
   if len(arrays) > 2 and arrays[2] is not None and arrays[2].shape[1] == 0:
@@ -224,8 +228,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   elif tau is not None:   # known at run time only: no negatives to debias -> NaN
     late = head.n_neg > 0
   pos_logit = ctx.scale * head.pos
-  terms = [head.reduction.term(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale)
-           for lse in head.lse_neg]
+  terms = [head.reduction.term(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale,
+                               bias=head.bias) for lse in head.lse_neg]
   per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)
   if not _is_zero(z_scale):
@@ -247,6 +251,9 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   accuracy = [None if mx is None else
               unk(ctx.row_sum((pos_logit > lax.stop_gradient(mx)).astype(jnp.float32)) /
                   ctx.batch).astype(jnp.float32) for mx in head.max_neg]
+  if family.stats is not None:
+    return loss, family.stats(ctx=ctx, terms=terms, per_dim=per_dim, accuracy=accuracy,
+                              unk=unk)
   # Removed rows report lse 0.
   lse_stat = lambda lse: unk(lse if mask is None else jnp.where(mask, lse, 0.0))
   stats = ContrastiveStats(

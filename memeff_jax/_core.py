@@ -81,13 +81,14 @@ class Side(NamedTuple):
 
 
 def block_stats(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_mask=None,
-                *, spec: BlockSpec):
+                bias=None, *, spec: BlockSpec):
   """``(lse_row, lse_col, max_row, max_col)`` of the block: the statistics of
   ``spec.reduction`` (the softmax's log-normalizers) and the largest kept logit
   ``max_j keep_ij z_ij`` of each row and column (-inf if none; no gradient, it feeds
   the in-batch accuracy; None unless ``spec.want_max``); the column ones are None
   unless ``spec.two_sided``. ``x_mask`` / ``y_mask``: bool [n] / [m] row masks, both or
-  neither (a symmetric block takes ``x_mask`` only)."""
+  neither (a symmetric block takes ``x_mask`` only). ``bias``: a 0-d logit bias added
+  before the reduction (the sigmoid's; a softmax takes none), with a gradient."""
   if (spec.dims is None) != (x_tab is None):
     raise ValueError("prefix dims and inverse-norm tables go together")
   if spec.symmetric != (y is None):
@@ -95,7 +96,10 @@ def block_stats(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, 
   if (y_mask is not None) != (x_mask is not None and not spec.symmetric):
     raise ValueError("row masks: both or neither (a symmetric block takes x_mask only)")
   with jax.named_scope(f"memeff/block_{spec.reduction.name}"):
-    return _op(spec)(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask)
+    if (bias is not None) != spec.reduction.biased:
+      raise ValueError(f"the {spec.reduction.name} reduction takes "
+                       f"{'a' if spec.reduction.biased else 'no'} logit bias")
+    return _op(spec)(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, bias)
 
 
 block_lse = block_stats   # the softmax's name for it, kept for its callers
@@ -107,19 +111,20 @@ def _op(spec: BlockSpec):
   cast = lambda v: v if (v is None or spec.cast is None) else v.astype(spec.cast)
 
   @jax.custom_vjp
-  def op(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
-    block = Block(cast(x), cast(y), x_tab, y_tab, x_mask, y_mask)
+  def op(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, bias):
+    block = Block(cast(x), cast(y), x_tab, y_tab, x_mask, y_mask, bias=bias)
     return ring.forward(spec, block, scale, row_thr)
 
-  def fwd(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask):
+  def fwd(x, y, scale, row_thr, x_tab, y_tab, x_mask, y_mask, bias):
     val = lambda p: None if p is None else p.value
     block = Block(cast(val(x)), cast(val(y)), val(x_tab), val(y_tab), val(x_mask),
-                  val(y_mask))
+                  val(y_mask), bias=val(bias))
     out = ring.forward(spec, block, val(scale), val(row_thr))
     need = ring.Need(
         x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
         x_tab=(x_tab is not None and x_tab.perturbed),
-        y_tab=(y_tab is not None and y_tab.perturbed))
+        y_tab=(y_tab is not None and y_tab.perturbed),
+        bias=(bias is not None and bias.perturbed))
     res = (block, val(scale), val(row_thr)) + out[:2]
     return out, (res, need)
 
@@ -128,12 +133,12 @@ def _op(spec: BlockSpec):
     # The maxima's cotangents (cts[2:]) are dropped: they carry no gradient.
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
-      return (None,) * 8
+      return (None,) * 9
     residual = spec.reduction.residual
     row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
     col = None if g_col is None else Side(residual(lse_col), g_col, None)
-    dx, dy, dscale, dxt, dyt = ring.backward(spec, need, block, scale, row, col)
-    return dx, dy, dscale, None, dxt, dyt, None, None
+    dx, dy, dscale, dxt, dyt, dbias = ring.backward(spec, need, block, scale, row, col)
+    return dx, dy, dscale, None, dxt, dyt, None, None, dbias
 
   op.defvjp(fwd, bwd, symbolic_zeros=True)
   # Under jit, so that a user's eager shard_map can run it (JAX has no eager

@@ -19,8 +19,8 @@ import jax.numpy as jnp
 
 from memeff_jax import backends
 from memeff_jax._validation import (Backend, as_array, check_axis, check_config, check_dims,
-                                    check_flag, check_range, check_tau_plus, check_temperature,
-                                    check_weights, check_where)
+                                    check_finite, check_flag, check_range, check_tau_plus,
+                                    check_temperature, check_weights, check_where)
 from memeff_jax.config import KernelConfig
 from memeff_jax.config.matryoshka import per_dim_choice
 
@@ -205,8 +205,19 @@ TABLE = (
            check=lambda v, c: check_range("margin", v, 0.0, None),
            traced=Range(lambda v: v >= 0, ">= 0 (not NaN)"), type=float,
            raises=((ValueError, "``margin < 0``"),)),
+    # SigLIP's own option.
+    Option("bias", -10.0, """the logit bias b (float or traced 0-d array, learnable: it gets a
+      gradient): the logits are ``s / t + b``. Default -10.0, big_vision's
+      initialization.""",
+           check=lambda v, c: check_finite("bias", v),
+           traced=Range(jnp.isfinite, "finite"), type=float,
+           raises=((ValueError, "a non-finite ``bias``"),
+                   (TypeError, "a ``bias`` that is no float or 0-d array"))),
 )
 OPTIONS = {o.name: o for o in TABLE}
+
+# Defaults of a family that differ from the table's (the loss's name -> option -> default).
+FAMILY_DEFAULTS = {"siglip_loss": {"temperature": 0.1}}
 
 # The keywords every loss takes, in signature order; families add their own (margin, ...).
 SHARED = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
@@ -229,5 +240,7 @@ def traced(names: Sequence[str]) -> tuple[str, ...]:
   return tuple(o.name for o in TABLE if o.traced is not None and o.name in names)
 
 
-def defaults(names: Sequence[str]) -> dict:
-  return {name: OPTIONS[name].default for name in names}
+def defaults(names: Sequence[str], family: str | None = None) -> dict:
+  """The defaults of ``names`` (``family``: a loss's name, for its own defaults)."""
+  own = FAMILY_DEFAULTS.get(family, {})
+  return {name: own.get(name, OPTIONS[name].default) for name in names}

@@ -14,10 +14,13 @@ A two-sided block's column statistics are the same with i and j swapped. The max
 
     reduction      r_i                               empty   merge         c_ij
     SOFTMAX        log sum_j keep_ij exp(z_ij)        -inf   log_add_exp   g_i exp(z_ij - r_i)
-    (sigmoid)      sum_j keep_ij log sigmoid(-z_ij)      0   +             -g_i sigmoid(z_ij)
+    SIGMOID        sum_j keep_ij softplus(z_ij + b)      0   +             g_i sigmoid(z_ij + b)
 
 A reduction is a frozen dataclass: it rides on the static ``BlockSpec`` (hashable), so
-traced values (a learnable bias) are not part of it.
+traced values are not part of it: the sigmoid's logit bias ``b`` (learnable) is an
+input of the block op (``_core.block_stats(..., bias=)``) that the backends add to the
+logits before ``tile`` and ``coefficient``; its gradient is ``sum_ij c_ij``. The maxima
+(accuracy) stay on the unbiased logits.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ class Reduction(Protocol):
 
   name: str     # the op's profile scope: memeff/block_<name>
   empty: float  # the statistic of no kept entry: the merge's identity (ring accumulators)
+  biased: bool  # whether the block op takes a logit bias (added before tile / coefficient)
 
   def tile(self, z: jax.Array, keep: jax.Array, axis: int = -1) -> jax.Array:
     """The statistic of one tile: over the kept entries of ``z`` along ``axis``
@@ -52,9 +56,10 @@ class Reduction(Protocol):
     """``c = g * d stat / d z`` at a kept entry; ``stat`` is the ``residual``, and it and
     ``g`` come broadcast against ``z``. The caller zeroes the entries not kept."""
 
-  def term(self, stat: jax.Array, pos_logit: jax.Array, *, n_neg, tau, scale):
+  def term(self, stat: jax.Array, pos_logit: jax.Array, *, n_neg, tau, scale, bias=None):
     """``(ell, lse)``: a row's loss term from its negatives' statistic and its positive's
-    logit, and the statistic reported as ``ContrastiveStats.lse_*`` (``_chain.run``)."""
+    logit (``bias``: the logit bias, None for none), and the statistic the stats report
+    (``_chain.run``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +70,7 @@ class Softmax:
 
   name: ClassVar[str] = "lse"
   empty: ClassVar[float] = -math.inf
+  biased: ClassVar[bool] = False
 
   def tile(self, z, keep, axis=-1):
     return masked_lse(z, keep, axis=axis)
@@ -79,8 +85,40 @@ class Softmax:
   def coefficient(self, z, stat, g):
     return g * jnp.exp(z - stat)
 
-  def term(self, stat, pos_logit, *, n_neg, tau, scale):
+  def term(self, stat, pos_logit, *, n_neg, tau, scale, bias=None):
+    assert bias is None, "a softmax is shift-invariant: it takes no logit bias"
     return softmax_terms(stat, pos_logit, n_neg=n_neg, tau=tau, scale=scale)
 
 
+@dataclasses.dataclass(frozen=True)
+class Sigmoid:
+  """Pairwise sigmoids (SigLIP, docs/math.md §13): a row's statistic is its negatives'
+  loss ``sum_j softplus(z_ij + b)`` (= ``-sum_j log sigmoid(-(z_ij + b))``), a plain sum:
+  tiles and ring hops add, an empty row is 0, and no statistic enters its gradient."""
+
+  name: ClassVar[str] = "sigmoid"
+  empty: ClassVar[float] = 0.0
+  biased: ClassVar[bool] = True
+
+  def tile(self, z, keep, axis=-1):
+    return jnp.sum(jnp.where(keep, jax.nn.softplus(jnp.where(keep, z, 0.0)), 0.0), axis=axis)
+
+  def merge(self, a, b):
+    return a + b
+
+  def residual(self, stat):
+    return stat
+
+  def coefficient(self, z, stat, g):
+    del stat
+    return g * jax.nn.sigmoid(z)
+
+  def term(self, stat, pos_logit, *, n_neg, tau, scale, bias=None):
+    del n_neg, scale
+    assert tau is None, "the sigmoid loss has no debiasing"
+    z = pos_logit if bias is None else pos_logit + bias
+    return stat + jax.nn.softplus(-z), stat
+
+
 SOFTMAX = Softmax()
+SIGMOID = Sigmoid()

@@ -50,6 +50,27 @@ class ContrastiveStats(NamedTuple):
   accuracy_col: jax.Array | None = None
 
 
+class SigLIPStats(NamedTuple):
+  """Diagnostics returned by :func:`siglip_loss_with_stats`.
+
+  Attributes:
+    loss_positive: float32, the positives' part of the loss,
+      ``-(1 / B) sum_i log sigmoid(z_ii)``; [K] with Matryoshka dims (unweighted).
+    loss_negative: float32, the negatives' part, ``-(1 / B) sum_{i != j} log
+      sigmoid(-z_ij)`` (the loss is the sum of the two); [K] with dims.
+    matryoshka_losses: with ``matryoshka_dims``: [K] float32, each dim's loss (the
+      loss is their weighted sum); ``None`` without dims.
+    accuracy_row: float32, the in-batch top-1 accuracy of the images: the fraction
+      of rows whose positive logit beats every kept negative's (strictly), over the
+      global batch. [K] with dims; ``None`` from a call of :func:`siglip_loss`.
+  """
+
+  loss_positive: jax.Array
+  loss_negative: jax.Array
+  matryoshka_losses: jax.Array | None = None
+  accuracy_row: jax.Array | None = None
+
+
 def normalize(v: jax.Array) -> jax.Array:
   """``v / max(||v||, 1e-12)`` along the last axis, rounded once to ``v.dtype``.
 

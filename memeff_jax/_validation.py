@@ -8,6 +8,7 @@ raise ValueError, dtypes and types TypeError, naming the argument. The options t
 
 from __future__ import annotations
 
+import math
 import numbers
 import warnings
 
@@ -125,6 +126,14 @@ def check_range(name: str, v, lo: float, hi: float | None):
   if isinstance(v, float) and not (v >= lo and (hi is None or v < hi)):
     bound = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
     raise ValueError(f"{name} must be {bound}, got {name}={v}")
+  return v
+
+
+def check_finite(name: str, v):
+  """A finite Python number, or a 0-d float array (traced values pass)."""
+  v = _scalar(name, v)
+  if isinstance(v, float) and not math.isfinite(v):
+    raise ValueError(f"{name} must be finite, got {name}={v}")
   return v
 
 

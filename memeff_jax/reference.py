@@ -15,12 +15,14 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._checkify import value_checks
-from memeff_jax._terms import MARGIN_TIE, ContrastiveStats, normalize, poison, stable_scale
+from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, normalize, poison,
+                               stable_scale)
 from memeff_jax._validation import check_dims, check_negatives, check_weights
 from memeff_jax.matryoshka import matryoshka
 
 __all__ = ["clip_loss", "clip_loss_with_stats", "lit_loss", "lit_loss_with_stats", "qwen3_loss",
            "qwen3_loss_with_stats", "lit_qwen3_loss", "lit_qwen3_loss_with_stats",
+           "siglip_loss", "siglip_loss_with_stats",
            "matryoshka", "matryoshka_fused", "matryoshka_fused_with_stats", "ContrastiveStats",
            "normalize"]
 
@@ -272,6 +274,34 @@ def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
   return lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives, **kwargs)[0]
 
 
+def siglip_loss_with_stats(image_features, text_features, *, temperature=0.1, bias=-10.0,
+                           normalized_inputs=False, stable=True, where=None):
+  """Dense SigLIP (docs/math.md §13): ``z = S / t + b``, ``-(1 / B) sum_ij log sigmoid(
+  label_ij z_ij)`` with label +1 on the diagonal and -1 elsewhere (big_vision's
+  ``sigmoid_loss``), over the kept rows and columns."""
+  valid, b, (x, y) = _rows(where, image_features.shape[0], image_features, text_features)
+  arrays = dict(image_features=x, text_features=y)
+  if not normalized_inputs:
+    x, y = normalize(x), normalize(y)
+  scale = _scale(temperature, x)
+  s = _sims(x, y)
+  z = scale * s + jnp.asarray(bias, scale.dtype)
+  eye = jnp.eye(x.shape[0], dtype=bool)
+  cols = True if valid is None else valid[None, :]
+  pos = -jax.nn.log_sigmoid(jnp.diagonal(z))                       # [b]
+  neg = jnp.sum(jnp.where(~eye & cols, -jax.nn.log_sigmoid(-z), 0.0), axis=-1)
+  loss = _mean(pos + neg, valid)
+  ok = value_checks(arrays, dict(temperature=temperature, bias=bias))
+  loss = poison(loss, ok, [*arrays.values(), temperature, bias])
+  loss = stable_scale(loss, stable=stable, batch=b, temperature=temperature)
+  return loss, SigLIPStats(_mean(pos, valid), _mean(neg, valid),
+                           accuracy_row=_accuracy(s, cols, eye, scale, valid))
+
+
+def siglip_loss(image_features, text_features, **kwargs):
+  return siglip_loss_with_stats(image_features, text_features, **kwargs)[0]
+
+
 def _prefix_unit(v, m):
   """Prefix ``v[..., :m]`` renormalized in fp32 (docs/math.md §8.1)."""
   return normalize(v[..., :m].astype(_acc(v.dtype)))
@@ -285,8 +315,8 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   The features are normalized once in their dtype (unless ``normalized_inputs``),
   then **every** prefix, the full one included, is renormalized in fp32.
   ``dims[-1]`` must equal the feature size. ``loss_fn`` is one of this module's
-  ``*_with_stats`` losses; returns ``(loss, stats)`` with ``lse_row`` / ``lse_col``
-  [K, n] and ``matryoshka_losses`` [K].
+  ``*_with_stats`` losses; returns ``(loss, stats)``, its stats with every field
+  stacked per dim (``lse_row`` / ``lse_col`` [K, n]), ``matryoshka_losses`` [K].
   """
   d = features[0].shape[-1]
   dims = check_dims("dims", dims, d, last_equals_d=True)
@@ -298,10 +328,12 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   w = jnp.asarray(weights, losses.dtype)
   stack = lambda name: (None if getattr(outs[0][1], name) is None else
                         jnp.stack([getattr(st, name) for _, st in outs]))
-  stats = ContrastiveStats(z_loss=jnp.sum(w * stack("z_loss")), lse_row=stack("lse_row"),
-                           lse_col=stack("lse_col"), matryoshka_losses=losses,
-                           accuracy_row=stack("accuracy_row"), accuracy_col=stack("accuracy_col"))
-  return jnp.sum(w * losses), stats
+  # Every field stacked per dim; the z-loss weighted and summed (it is in the loss).
+  fields = {name: stack(name) for name in outs[0][1]._fields}
+  fields["matryoshka_losses"] = losses
+  if "z_loss" in fields:
+    fields["z_loss"] = jnp.sum(w * fields["z_loss"])
+  return jnp.sum(w * losses), type(outs[0][1])(**fields)
 
 
 def matryoshka_fused(loss_fn: Callable, *features, dims: Sequence[int], weights=None,

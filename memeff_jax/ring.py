@@ -36,6 +36,7 @@ class Need(NamedTuple):
   scale: bool
   x_tab: bool
   y_tab: bool
+  bias: bool = False
 
 
 def _ring(axis_name):
@@ -142,7 +143,7 @@ def _drop_max(spec, stats):
 
 
 def backward(spec, need: Need, block: Block, scale, row, col):
-  """``(dx, dy, dscale, dx_tab, dy_tab)``; None where ``need`` says no.
+  """``(dx, dy, dscale, dx_tab, dy_tab, dbias)``; None where ``need`` says no.
 
   block: this device's shard of both towers, as ``forward`` took it. row: this
   device's row-role ``Side``; col: its column-role ``Side`` (two-sided blocks). A
@@ -157,7 +158,7 @@ def backward(spec, need: Need, block: Block, scale, row, col):
   size, me, shift = _ring(axis)
   n, m = x.shape[0], y.shape[0]
   want_y = (not sym) and (need.y or need.y_tab)
-  want_x = need.x or need.x_tab or (need.scale and not want_y)
+  want_x = need.x or need.x_tab or ((need.scale or need.bias) and not want_y)
   # In the input dtype on one device; summed in the glue dtype over a ring, or when the
   # caller takes it so (``spec.cast``).
   wide = size > 1 or spec.cast is not None
@@ -166,26 +167,28 @@ def backward(spec, need: Need, block: Block, scale, row, col):
   # pass when it runs, else from the y pass.
   cs_x = want_x and (need.scale or need.x_tab)
   cs_y = want_y and ((need.scale and not want_x) or need.y_tab)
+  # sum_j c_ij feeds the bias's, alike.
+  c1_x, c1_y = want_x and need.bias, want_y and need.bias and not want_x
 
   dy_dtype = glue_dtype(y.dtype) if wide else y.dtype
   # Both towers from one set of coefficients, where the backend can (tiled slabs).
-  paired = want_x and want_y and be.pairs(x, y, spec)
+  paired = want_x and want_y and block.bias is None and be.pairs(x, y, spec)
 
-  def grads(visiting, col_vis, src):   # (dx, sx, dy, sy) of one block
+  def grads(visiting, col_vis, src):   # (dx, sx, dy, sy, ux, uy) of one block
     hop = _visit(block, visiting, (me * n, src * m))
-    if paired:
-      return be.bwd_pair(hop, scale, row=row, col=col_vis, spec=spec, want_cs=(cs_x, cs_y),
-                         out_dtype=(acc, dy_dtype))
-    none = (None, None)
-    gx = none if not want_x else be.bwd(   # rows of x: dx, sum_j c_ij s_ij
-        hop, scale, row=row, col=col_vis, spec=spec, want_cs=cs_x, out_dtype=acc)
-    gy = none if not want_y else be.bwd(   # rows of y: the transposed block, c transposed
+    if paired:   # (a biased block is never paired: bwd_pair returns no sums of c)
+      return tuple(be.bwd_pair(hop, scale, row=row, col=col_vis, spec=spec,
+                               want_cs=(cs_x, cs_y), out_dtype=(acc, dy_dtype))) + (None, None)
+    none = (None, None, None)
+    gx = none if not want_x else _bwd3(be.bwd(   # rows of x: dx, sum_j c_ij s_ij (and c_ij)
+        hop, scale, row=row, col=col_vis, spec=spec, want_cs=cs_x, out_dtype=acc), c1_x)
+    gy = none if not want_y else _bwd3(be.bwd(   # rows of y: the transposed block
         hop.transposed(), scale, row=col_vis, col=row, spec=spec, want_cs=cs_y,
-        out_dtype=dy_dtype)
-    return tuple(gx) + tuple(gy)
+        out_dtype=dy_dtype), c1_y)
+    return gx[:2] + gy[:2] + (gx[2], gy[2])
 
   if size == 1:
-    dx, sx, dy, sy = grads(_columns(block), col, 0)
+    dx, sx, dy, sy, ux, uy = grads(_columns(block), col, 0)
   else:
     zeros = lambda shape: to_varying(jnp.zeros(shape, glue_dtype(x.dtype)), axis)
     k = () if spec.dims is None else (len(spec.dims),)
@@ -193,32 +196,44 @@ def backward(spec, need: Need, block: Block, scale, row, col):
     add = lambda a, b: None if a is None else a + b
 
     def step(h, carry, send):
-      y_vis, yt_vis, ym_vis, col_vis, dx, sx, dy, sy = carry
+      y_vis, yt_vis, ym_vis, col_vis, dx, sx, dy, sy, ux, uy = carry
       src = (me - h) % size
       travel = (y_vis, yt_vis, ym_vis, col_vis)
       nxt = shift(travel) if send else travel
-      d, c, d_y, c_y = grads(travel[:3], col_vis, src)
+      d, c, d_y, c_y, u, u_y = grads(travel[:3], col_vis, src)
       if want_x:
-        dx, sx = dx + d, add(sx, c)
+        dx, sx, ux = dx + d, add(sx, c), add(ux, u)
       if want_y:   # the visiting block's gradient rides with it and arrives home
-        dy, sy = shift((dy + d_y, add(sy, c_y)))
-      return (*nxt, dx, sx, dy, sy)
+        dy, sy, uy = shift((dy + d_y, add(sy, c_y), add(uy, u_y)))
+      return (*nxt, dx, sx, dy, sy, ux, uy)
 
     init = (*_columns(block), col,
             zeros(x.shape) if want_x else None, zeros(k + (n,)) if cs_x else None,
-            zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None)
-    _, _, _, _, dx, sx, dy, sy = _lap(size, step, init)
+            zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None,
+            zeros(k + (n,)) if c1_x else None, zeros(k + (m,)) if c1_y else None)
+    _, _, _, _, dx, sx, dy, sy, ux, uy = _lap(size, step, init)
 
-  dscale = dx_tab = dy_tab = None
+  dscale = dx_tab = dy_tab = dbias = None
   if need.scale:
     # sum_ij c_ij s_ij; a symmetric pass counts every pair from both of its rows.
     dscale = jnp.sum(sx if sx is not None else sy) * (0.5 if sym else 1.0)
     if axis is not None and axis not in varying_axes(scale):
       dscale = lax.psum(dscale, axis)
+  if need.bias:   # sum_ij c_ij, alike
+    dbias = jnp.sum(ux if ux is not None else uy) * (0.5 if sym else 1.0)
+    if axis is not None and axis not in varying_axes(block.bias):
+      dbias = lax.psum(dbias, axis)
   if need.x_tab:
     dx_tab = scale * sx / x_tab
   if need.y_tab:
     dy_tab = scale * sy / y_tab
   dx = dx.astype(x.dtype if spec.cast is None else acc) if need.x else None
   dy = dy.astype(y.dtype if spec.cast is None else dy_dtype) if (need.y and not sym) else None
-  return dx, dy, dscale, dx_tab, dy_tab
+  return dx, dy, dscale, dx_tab, dy_tab, dbias
+
+
+def _bwd3(out, want_csum):
+  """A backend's ``bwd`` result as ``(dx, cs, csum)``: csum (a biased block's sums of
+  c) where wanted, else None."""
+  out = tuple(out) + (None,) * (3 - len(out))
+  return out[:2] + (out[2] if want_csum else None,)

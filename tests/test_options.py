@@ -8,11 +8,16 @@ import inspect
 import pytest
 
 import memeff_jax as mj
-from memeff_jax import _checkify, _options, classes
+from memeff_jax import _checkify, _options, classes, siglip
 
 LOSSES = [mj.clip_loss, mj.clip_loss_with_stats, mj.lit_loss, mj.lit_loss_with_stats,
           mj.qwen3_loss, mj.qwen3_loss_with_stats, mj.lit_qwen3_loss,
-          mj.lit_qwen3_loss_with_stats]
+          mj.lit_qwen3_loss_with_stats, mj.siglip_loss, mj.siglip_loss_with_stats]
+
+
+def _shared(fn):
+  """The shared keywords ``fn`` takes (SigLIP has no softmax options), in order."""
+  return siglip.SIGLIP.shared if "siglip" in fn.__name__ else _options.SHARED
 
 
 def _keywords(fn):
@@ -23,21 +28,23 @@ def _keywords(fn):
 @pytest.mark.parametrize("fn", LOSSES, ids=lambda f: f.__name__)
 def test_signature_defaults_match_the_table(fn):
   keywords = _keywords(fn)
-  assert set(_options.SHARED) <= set(keywords)
+  assert set(_shared(fn)) <= set(keywords)
+  family = fn.__name__.replace("_with_stats", "")
   for name, p in keywords.items():
     assert name in _options.OPTIONS, f"{fn.__name__}: {name} has no row in the table"
-    assert p.default == _options.OPTIONS[name].default, name
-    assert type(p.default) is type(_options.OPTIONS[name].default), name
+    default = _options.defaults([name], family)[name]
+    assert p.default == default, name
+    assert type(p.default) is type(default), name
 
 
 @pytest.mark.parametrize("fn", LOSSES, ids=lambda f: f.__name__)
 def test_shared_keywords_in_signature_order(fn):
   keywords = [k for k in _keywords(fn) if k in _options.SHARED]
-  assert tuple(keywords) == _options.SHARED
+  assert tuple(keywords) == _shared(fn)
 
 
-@pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_loss, mj.qwen3_loss, mj.lit_qwen3_loss],
-                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_loss, mj.qwen3_loss, mj.lit_qwen3_loss,
+                                mj.siglip_loss], ids=lambda f: f.__name__)
 def test_docs_come_from_the_table(fn):
   doc = fn.__doc__
   for name in _keywords(fn):

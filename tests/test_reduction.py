@@ -37,6 +37,7 @@ class Sigmoid:
   bias: float
   name: ClassVar[str] = "sigmoid"
   empty: ClassVar[float] = 0.0
+  biased: ClassVar[bool] = False   # (its bias is static, part of the reduction)
 
   def tile(self, z, keep, axis=-1):
     return jnp.sum(jnp.where(keep, jax.nn.log_sigmoid(-(z + self.bias)), 0.0), axis=axis)
@@ -51,8 +52,8 @@ class Sigmoid:
     del stat
     return -g * jax.nn.sigmoid(z + self.bias)
 
-  def term(self, stat, pos_logit, *, n_neg, tau, scale):
-    del n_neg, tau, scale
+  def term(self, stat, pos_logit, *, n_neg, tau, scale, bias=None):
+    del n_neg, tau, scale, bias
     return -(jax.nn.log_sigmoid(pos_logit + self.bias) + stat), stat
 
 

@@ -35,6 +35,8 @@ class Block(NamedTuple):
   x_mask / y_mask: ``where`` bool row masks [n] / [m], both or neither.
   offsets: the global index of the first row and of the first column (``exclude_self``
   compares them); ints, or int32 scalars inside a ring.
+  bias: the reduction's 0-d logit bias (``Reduction.biased``: the sigmoid's), or None;
+  with one, ``bwd`` also returns the rows' sums ``sum_j c_ij`` (its gradient).
   """
 
   x: jax.Array
@@ -44,6 +46,7 @@ class Block(NamedTuple):
   x_mask: jax.Array | None = None
   y_mask: jax.Array | None = None
   offsets: tuple = (0, 0)
+  bias: jax.Array | None = None
 
   @property
   def masks(self) -> tuple | None:
@@ -53,7 +56,7 @@ class Block(NamedTuple):
   def transposed(self) -> "Block":
     """The same block with rows and columns swapped (the columns' gradient pass)."""
     return Block(self.y, self.x, self.y_tab, self.x_tab, self.y_mask, self.x_mask,
-                 self.offsets[::-1])
+                 self.offsets[::-1], self.bias)
 
 
 @runtime_checkable
@@ -75,13 +78,16 @@ class Backend(Protocol):
 
   @launches
   def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False) -> tuple:
-    """``(lse_row, lse_col, max_row, max_col)`` of the block (column ones: two_sided);
-    ``row_thr``: the rows' thresholds [n] ([K, n] with dims), or None."""
+    """``(lse_row, lse_col, max_row, max_col)`` of the block (column ones: two_sided):
+    the statistics of ``spec.reduction`` (on the logits plus ``block.bias``) and the
+    maxima of the unbiased logits; ``row_thr``: the rows' thresholds [n] ([K, n] with
+    dims), or None."""
 
   @launches
   def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:
     """``(dx, cs)``: the rows' gradient and (want_cs) their sums ``sum_j c_ij s_ij``,
-    from the rows' and columns' ``_core.Side`` statistics (either may be None)."""
+    from the rows' and columns' ``_core.Side`` statistics (either may be None); with a
+    ``block.bias``, ``(dx, cs, csum)``, csum the rows' sums ``sum_j c_ij``."""
 
   @launches
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:

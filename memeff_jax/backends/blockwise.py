@@ -20,7 +20,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._compat import vary_like
-from memeff_jax._terms import glue_dtype, log_add_exp, masked_lse
+from memeff_jax._terms import glue_dtype
 from memeff_jax.backends.base import Block
 from memeff_jax.config import KernelConfig
 
@@ -98,7 +98,8 @@ class BlockwiseBackend:
 
   def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False):
     assert not bounded, "the blockwise forward is exact only"
-    x, y, x_tab, y_tab, x_ok, y_ok, offsets = block
+    red = spec.reduction
+    x, y, x_tab, y_tab, x_ok, y_ok, offsets, bias = block
     dims, (n, m) = spec.dims, (x.shape[0], y.shape[0])
     tile = min(self._tile(spec), m)
     row_thr = _k(row_thr, dims)
@@ -113,15 +114,17 @@ class BlockwiseBackend:
       keep = _keep(s, rows, offsets[1] + cols, x_ok, _col_ok(cols, m, ok_t), row_thr, None,
                    spec.exclude_self)
       z = jnp.where(keep, scale * s, -jnp.inf)
-      # An all-masked tile or row: -inf with a zero tangent (finite Hessians).
-      lse_row = log_add_exp(lse_row, masked_lse(z, keep, axis=-1))
+      zb = z if bias is None else z + bias   # (the reduction's logits; maxima unbiased)
+      # An all-masked tile or row: the reduction's empty value with a zero tangent.
+      lse_row = red.merge(lse_row, red.tile(zb, keep, axis=-1))
       max_row = jnp.maximum(max_row, jnp.max(z, axis=-1))
-      col = (masked_lse(z, keep, axis=-2), jnp.max(z, axis=-2)) if spec.two_sided else None
+      col = (red.tile(zb, keep, axis=-2), jnp.max(z, axis=-2)) if spec.two_sided else None
       return (lse_row, max_row), col
 
     k = 1 if dims is None else len(dims)
     empty = jnp.full((k, n), -jnp.inf, glue_dtype(x.dtype))
-    init = vary_like((empty, empty), x, y, scale, offsets[0], offsets[1])
+    init = vary_like((jnp.full((k, n), red.empty, empty.dtype), empty), x, y, scale, offsets[0],
+                     offsets[1])
     (lse_row, max_row), col = lax.scan(body, init, (starts, y_s, yt_s, ok_s))
     lse_col = max_col = None
     if spec.two_sided:   # [tiles, K, tile] -> [K, m]
@@ -138,7 +141,8 @@ class BlockwiseBackend:
     return self.tile if self.tile is not None else _config(spec).blockwise.tile
 
   def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
-    x, y, x_tab, y_tab, x_ok, y_ok, offsets = block
+    x, y, x_tab, y_tab, x_ok, y_ok, offsets, bias = block
+    red = spec.reduction
     dims, (n, m), d = spec.dims, (x.shape[0], y.shape[0]), x.shape[1]
     tile = min(self._tile(spec), m)
     rows = offsets[0] + jnp.arange(n, dtype=jnp.int32)
@@ -148,20 +152,23 @@ class BlockwiseBackend:
         tile, m, (y, -2), (y_tab, -1), (c_lse, -1), (c_g, -1), (c_thr, -1), (y_ok, -1))
 
     def body(carry, inp):
-      dx, cs = carry
+      dx, cs, csum = carry
       j0, y_t, yt_t, cl_t, cg_t, ct_t, ok_t = inp
       cols = j0 + jnp.arange(tile, dtype=jnp.int32)
       col_ok = _col_ok(cols, m, ok_t)
       s = _sims(x, y_t, x_tab, yt_t, dims)
-      z = scale * s
+      z = scale * s if bias is None else scale * s + bias
       coef = jnp.zeros_like(s)
-      if row is not None:   # row-role softmax: g_i * P_ij
+      if row is not None:   # row role: g_i dr_i/dz_ij (the softmax's g_i P_ij)
         keep = _keep(s, rows, offsets[1] + cols, x_ok, col_ok, r_thr, None, spec.exclude_self)
-        coef += jnp.where(keep, r_g[:, :, None] * jnp.exp(z - r_lse[:, :, None]), 0.0)
-      if col is not None:   # column-role softmax: g_j * P_ji
+        coef += jnp.where(keep, red.coefficient(jnp.where(keep, z, 0.0), r_lse[:, :, None],
+                                                r_g[:, :, None]), 0.0)
+      if col is not None:   # column role: g_j dr_j/dz_ij (the softmax's g_j P_ji)
         keep = _keep(s, rows, offsets[1] + cols, x_ok, col_ok, None, ct_t, spec.exclude_self)
-        coef += jnp.where(keep, cg_t[:, None, :] * jnp.exp(z - cl_t[:, None, :]), 0.0)
+        coef += jnp.where(keep, red.coefficient(jnp.where(keep, z, 0.0), cl_t[:, None, :],
+                                                cg_t[:, None, :]), 0.0)
       cs = cs + jnp.sum(coef * s, axis=-1)
+      csum = csum + jnp.sum(coef, axis=-1)
       if dims is None:
         dx = dx + scale * jnp.dot(coef[0], y_t, preferred_element_type=dx.dtype,
                                   precision=_HI)
@@ -170,14 +177,17 @@ class BlockwiseBackend:
           c = coef[kk] * x_tab[kk][:, None] * yt_t[kk][None, :]
           part = jnp.dot(c, y_t[:, :mk], preferred_element_type=dx.dtype, precision=_HI)
           dx = dx.at[:, :mk].add(scale * part)
-      return (dx, cs), None
+      return (dx, cs, csum), None
 
     k = 1 if dims is None else len(dims)
     acc = glue_dtype(x.dtype)   # fp32 accumulators, fp64 for fp64
-    init = vary_like((jnp.zeros((n, d), acc), jnp.zeros((k, n), acc)), x, y,
-                     scale, offsets[0], offsets[1])
-    (dx, cs), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s, ok_s))
-    return dx.astype(out_dtype), (_unk(cs, dims) if want_cs else None)
+    init = vary_like((jnp.zeros((n, d), acc), jnp.zeros((k, n), acc), jnp.zeros((k, n), acc)),
+                     x, y, scale, offsets[0], offsets[1])
+    (dx, cs, csum), _ = lax.scan(body, init, (starts, y_s, yt_s, cl_s, cg_s, ct_s, ok_s))
+    out = dx.astype(out_dtype), (_unk(cs, dims) if want_cs else None)
+    if bias is None:
+      return out
+    return out + (_unk(csum, dims),)
 
 
 def _col_ok(cols, m, ok_t):

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
 
 from memeff_jax.backends.base import Block
+from memeff_jax.backends.blockwise import BlockwiseBackend
 from memeff_jax.backends.triton.backward import lse_bwd
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
@@ -127,6 +129,8 @@ class TritonBackend:
     return fwd_floor(scale) if self.plan(spec, x).bounded else None
 
   def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False):
+    if spec.reduction.name != _SOFTMAX:
+      return _pure_jax(spec).fwd_stats(block, scale, row_thr=row_thr, spec=spec)
     cfg, prefix = self._setup(spec, block)
     x, y = block.x, block.y
     if prefix is not None:
@@ -136,6 +140,9 @@ class TritonBackend:
                    prefix=prefix, masks=block.masks, bounded=bounded, want_max=spec.want_max)
 
   def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
+    if spec.reduction.name != _SOFTMAX:
+      return _pure_jax(spec).bwd(block, scale, row=row, col=col, spec=spec, want_cs=want_cs,
+                                 out_dtype=out_dtype)
     cfg, prefix = self._setup(spec, block)
     x, y = block.x, block.y
     if prefix is not None:
@@ -147,7 +154,7 @@ class TritonBackend:
 
   def pairs(self, x, y, spec) -> bool:
     """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
-    return self.plan(spec, x).pairs(y.shape[0])
+    return spec.reduction.name == _SOFTMAX and self.plan(spec, x).pairs(y.shape[0])
 
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of
@@ -165,3 +172,18 @@ class TritonBackend:
     if prefix is not None:
       dx, dy = p.ladder.unpad(dx), p.ladder.unpad(dy)
     return dx, cs, dy, cs_col
+
+
+def _pure_jax(spec):
+  """The blockwise backend, for the reductions these kernels do not compute yet (the
+  sigmoid: SigLIP's kernels are future work); warns once per reduction."""
+  if spec.reduction.name not in _WARNED:
+    _WARNED.add(spec.reduction.name)
+    warnings.warn(f"the Triton kernels compute the softmax only: the "
+                  f"{spec.reduction.name} blocks run the pure-JAX blockwise backend",
+                  UserWarning, stacklevel=2)
+  return BlockwiseBackend()
+
+
+_WARNED: set = set()
+_SOFTMAX = "lse"   # the reduction these kernels compute (``_reduction.SOFTMAX.name``)
