@@ -32,6 +32,10 @@ LOSSES = {
                    dict(use_qq_negatives=True, use_dd_negatives=True), 11),
     "qwen3_k7": (mj.qwen3_loss, mj.reference.qwen3_loss, 3, (0, 1, 2), {}, 5),
     "lit_qwen3": (mj.lit_qwen3_loss, mj.reference.lit_qwen3_loss, 2, (0,), {}, 3),
+    # SigLIP: a row pass and one gradient pass per tower (3 GEMMs); its bias and
+    # temperature learned (the last two inputs)
+    "siglip": (mj.siglip_loss, mj.reference.siglip_loss, 2, (0, 1, 2, 3),
+               dict(temperature="learned", bias="learned"), 3),
 }
 
 
@@ -78,6 +82,10 @@ def ladder(d):
 def _with_ladder(fn, kw, d):
   """The loss with its keywords bound, Matryoshka resolved for feature size d."""
   kw = dict(kw)
+  if kw.get("bias") == "learned":   # the last input is the bias
+    kw.pop("bias")
+    inner = _with_ladder(fn, kw, d)
+    return lambda *a, **k: inner(*a[:-1], bias=a[-1], **k)
   if kw.get("temperature") == "learned":   # the last input is the temperature
     kw.pop("temperature")
     inner = _with_ladder(fn, kw, d)
@@ -114,6 +122,8 @@ def inputs(name, b, d, dtype, seed=0):
   arrays = [jax.random.normal(k, s, jnp.float32).astype(dtype) for k, s in zip(keys, shapes)]
   if LOSSES[name][4].get("temperature") == "learned":
     arrays.append(jnp.float32(0.07))
+  if LOSSES[name][4].get("bias") == "learned":
+    arrays.append(jnp.float32(-10.0))
   return arrays
 
 
@@ -129,6 +139,15 @@ def dense(x, y, two_sided, temperature=0.07):
   return loss
 
 
+def dense_siglip(x, y, temperature, bias):
+  """big_vision's sigmoid loss as a user writes it: B x B logits, -sum log sigmoid / B."""
+  x, y = (v / jnp.linalg.norm(v.astype(jnp.float32), axis=-1, keepdims=True).astype(v.dtype)
+          for v in (x, y))
+  logits = jnp.dot(x, y.T, preferred_element_type=jnp.float32) / temperature + bias
+  labels = 2.0 * jnp.eye(x.shape[0]) - 1.0
+  return -jnp.sum(jax.nn.log_sigmoid(labels * logits)) / x.shape[0]
+
+
 def jax_step(name, provider, config=None, d=None):
   """jit(value_and_grad) of one provider: a backend name, "reference" (our dense
   reference with every option), "dense" (the plain dense XLA CLIP/LiT), or "ring1"
@@ -137,9 +156,10 @@ def jax_step(name, provider, config=None, d=None):
   fn, ref = _with_ladder(fn, kw, d), _with_ladder(ref, kw, d)
   kw = {}
   if provider == "dense":
-    if name not in ("clip", "lit"):
-      raise ValueError("the plain dense provider covers clip and lit")
-    loss = lambda x, y: dense(x, y, two_sided=name == "clip")
+    if name not in ("clip", "lit", "siglip"):
+      raise ValueError("the plain dense provider covers clip, lit and siglip")
+    loss = dense_siglip if name == "siglip" else (
+        lambda x, y: dense(x, y, two_sided=name == "clip"))
   elif provider == "reference":
     loss = lambda *a: ref(*a, **kw)
   elif provider == "ring1":

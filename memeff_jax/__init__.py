@@ -24,6 +24,7 @@ from memeff_jax.siglip import siglip_loss_with_stats
 __all__ = [
     "ContrastiveStats",
     "KernelConfig",
+    "SigLIPStats",
     "__version__",
     "checkify_checks",
     "clip_loss",
@@ -41,5 +42,4 @@ __all__ = [
     "sharded",
     "siglip_loss",
     "siglip_loss_with_stats",
-    "SigLIPStats",
 ]
