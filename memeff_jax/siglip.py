@@ -71,9 +71,9 @@ big_vision learns ``log(1 / t)`` from ``log 10`` and ``b`` from -10, as
 default of every loss here) multiplies the gradients by sqrt(B t); pass
 ``stable=False`` for big_vision's gradients.
 
-``backend="triton"`` / ``"interpret"``: the sigmoid kernels are not written yet;
-those backends run this loss's blocks through the pure-JAX blockwise code (a
-``UserWarning`` says so once).
+On the Triton backends the softmax kernels' tiled forward sums the softplus terms in
+its epilogue, and the gradient kernels take the coefficients sigmoid(z + b) and sum
+them for the bias (docs/math.md §12).
 
 """ + _docs.args(siglip_loss_with_stats, {
     "image_features": "[batch, d] float array (fp32, fp16 or bf16); the rows.",

@@ -13,7 +13,8 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import reference
-from tests.support.check import compare
+from tests.support.check import compare, kernel_path_config
+from tests.support.tolerances import FP32
 from tests.support.families import BACKENDS
 
 B, D = 11, 24
@@ -56,7 +57,7 @@ def _close(got, want, tol):
 @pytest.fixture(autouse=True)
 def _x64():
   with jax.enable_x64(True), warnings.catch_warnings():
-    warnings.simplefilter("ignore", UserWarning)   # triton/interpret: blockwise for now
+    warnings.simplefilter("ignore", RuntimeWarning)   # the interpreter's log2(0)
     yield
 
 
@@ -81,6 +82,40 @@ def test_low_precision_against_the_float64_reference(backend, dtype):
     x, y = (v.astype(dtype) for v in _data(1, 37, 40))
     compare(lambda *a, **k: mj.siglip_loss(*a, backend=backend, **k),
             reference.siglip_loss, [x, y], temperature=T, dtype=dtype, bias=BIAS)
+
+
+@pytest.mark.parametrize("path,option", [("tiled", None), ("partials", "dims"),
+                                         ("paired", "where"), ("tiled", "dims+where")])
+def test_kernels_under_the_interpreter(path, option):
+  # The Triton kernels' sigmoid epilogues (tiled forward; FlashAttention-shaped, tiled
+  # and Matryoshka gradients) on tiles small enough for several per block, fp32
+  # against the float64 formula on the same inputs: value and the gradients of x, y,
+  # t and b within tests.support.tolerances.FP32.
+  b, d = 45, 40
+  x64, y64 = _data(3, b, d)
+  x, y = x64.astype(jnp.float32), y64.astype(jnp.float32)
+  keep = np.random.default_rng(3).uniform(size=b) > 0.3 if "where" in (option or "") else None
+  dims = (8, 40) if "dims" in (option or "") else None
+  kw = dict(stable=False, backend="interpret", config=kernel_path_config(path, d, jnp.float32))
+  if keep is not None:
+    kw["where"] = keep
+  if dims is not None:
+    kw.update(matryoshka_dims=dims, matryoshka_weights=(0.5, 1.0))
+
+  def want(x, y, t, bias):
+    prefix = dims or (d,)
+    w = (0.5, 1.0) if dims else (1.0,)
+    return sum(wk * _big_vision(x[:, :m], y[:, :m], t, bias, keep) for m, wk in zip(prefix, w))
+
+  with jax.enable_x64(False):
+    got = jax.value_and_grad(lambda x, y, t, bias: mj.siglip_loss(
+        x, y, temperature=t, bias=bias, **kw), argnums=(0, 1, 2, 3))(
+            x, y, jnp.float32(T), jnp.float32(BIAS))
+  v0, g0 = _value_and_grads(want, x.astype(jnp.float64), y.astype(jnp.float64))
+  assert abs(float(got[0]) - float(v0)) <= FP32[0] * abs(float(v0))
+  for i, (a, c) in enumerate(zip(got[1], g0)):
+    err = float(jnp.max(jnp.abs(a - c)) / jnp.max(jnp.abs(c)))
+    assert err <= FP32[1], (f"gradient {i}", err)
 
 
 def test_stable_scales_every_gradient_by_sqrt_bt():

@@ -97,6 +97,16 @@ def lse2(z, AXIS: tl.constexpr):
 
 
 @triton.jit
+def softplus(u):
+  """log(1 + e^u) to fp32 rounding for every u, 0 at -inf (a dropped entry):
+  max(u, 0) + log1p(e^-|u|), log1p by Goldberg's correction (log(w) (e / (w - 1)) with
+  w = 1 + e; Triton has no log1p, and log(1 + e) alone loses e's digits)."""
+  e = tl.exp(-tl.abs(u))
+  w = 1.0 + e
+  return tl.maximum(u, 0.0) + tl.where(w == 1.0, e, tl.log(w) * (e / (w - 1.0)))
+
+
+@triton.jit
 def load_bias(bias_ptr, idx, HAS_MASK: tl.constexpr):
   """The ``where`` mask at ``idx`` as an additive logit bias, 0 kept, -inf removed
   (``launch._bias_args``: padded so that every index a program reads is in range); a
@@ -175,7 +185,7 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
                 COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
                 SHARED: tl.constexpr, TILE_SHIFT: tl.constexpr = False,
-                SPAN: tl.constexpr = None):
+                SPAN: tl.constexpr = None, SIGMOID: tl.constexpr = False, sbias=0.0):
   """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
@@ -204,6 +214,10 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
   (or NaN) one exponential per role.
   The choice is the tile's own, so no launcher-wide check (and no host round trip of
   a ``lax.cond``) is needed.
+
+  SIGMOID (the pairwise sigmoid, docs/math.md §13): c_ij = sigmoid(z_ij ln 2 + sbias)
+  (g_r_i + g_c_j), no statistic read; a ``where``-removed row or column, or a dropped
+  pair, has sigmoid(-inf) = 0.
   """
   cols = col0 + tl.arange(0, BLOCK_N)
   z = s * scale2
@@ -211,7 +225,16 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
     b_r = load_bias(xb_ptr, row0 + tl.arange(0, BLOCK_M), HAS_MASK)[:, None]
     b_c = load_bias(yb_ptr, cols, HAS_MASK)[None, :]
   coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-  if TILE_SHIFT:
+  if SIGMOID:
+    u = z * 0.6931471805599453 + sbias
+    if HAS_MASK:
+      u = u + b_r + b_c
+    sig = 1.0 / (1.0 + tl.exp(-u))
+    if HAS_ROW:
+      coef += g_r[:, None] * sig
+    if HAS_COL:
+      coef += tl.load(g_c_ptr + cols, mask=cols < m, other=0.0)[None, :] * sig
+  elif TILE_SHIFT:
     tl.static_assert(HAS_ROW and HAS_COL and not SHARED)
     in_cols = cols < m
     lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))

@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 
 import jax
 import jax.numpy as jnp
 
 from memeff_jax.backends.base import Block
-from memeff_jax.backends.blockwise import BlockwiseBackend
 from memeff_jax.backends.triton.backward import lse_bwd
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
@@ -126,31 +124,28 @@ class TritonBackend:
     """None where the block's forward is exact only; else the floor (natural log units)
     above which ``fwd_stats(bounded=True)``'s statistics are exact (every one of them
     that is kept must reach it, or the caller reruns the exact forward)."""
-    return fwd_floor(scale) if self.plan(spec, x).bounded else None
+    bounded = self.plan(spec, x).bounded and spec.reduction.name == _SOFTMAX
+    return fwd_floor(scale) if bounded else None   # (a sigmoid's forward is exact)
 
   def fwd_stats(self, block: Block, scale, *, row_thr, spec, bounded=False):
-    if spec.reduction.name != _SOFTMAX:
-      return _pure_jax(spec).fwd_stats(block, scale, row_thr=row_thr, spec=spec)
     cfg, prefix = self._setup(spec, block)
     x, y = block.x, block.y
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
-    return lse_fwd(x, y, scale, row_thr, block.offsets, two_sided=spec.two_sided,
+    return lse_fwd(x, y, scale, row_thr, block.offsets, _bias(spec, block),
+                   two_sided=spec.two_sided,
                    exclude_self=spec.exclude_self, config=cfg, interpret=self.interpret,
                    prefix=prefix, masks=block.masks, bounded=bounded, want_max=spec.want_max)
 
   def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
-    if spec.reduction.name != _SOFTMAX:
-      return _pure_jax(spec).bwd(block, scale, row=row, col=col, spec=spec, want_cs=want_cs,
-                                 out_dtype=out_dtype)
     cfg, prefix = self._setup(spec, block)
     x, y = block.x, block.y
     if prefix is not None:
       x, y = prefix[2].pad(x), prefix[2].pad(y)
-    dx, cs = lse_bwd(x, y, scale, block.offsets, row, col, exclude_self=spec.exclude_self,
-                     want_cs=want_cs, out_dtype=out_dtype, config=cfg,
-                     interpret=self.interpret, prefix=prefix, masks=block.masks)
-    return (dx if prefix is None else prefix[2].unpad(dx)), cs
+    out = lse_bwd(x, y, scale, block.offsets, row, col, _bias(spec, block),
+                  exclude_self=spec.exclude_self, want_cs=want_cs, out_dtype=out_dtype,
+                  config=cfg, interpret=self.interpret, prefix=prefix, masks=block.masks)
+    return ((out[0] if prefix is None else prefix[2].unpad(out[0])),) + tuple(out[1:])
 
   def pairs(self, x, y, spec) -> bool:
     """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
@@ -174,16 +169,16 @@ class TritonBackend:
     return dx, cs, dy, cs_col
 
 
-def _pure_jax(spec):
-  """The blockwise backend, for the reductions these kernels do not compute yet (the
-  sigmoid: SigLIP's kernels are future work); warns once per reduction."""
-  if spec.reduction.name not in _WARNED:
-    _WARNED.add(spec.reduction.name)
-    warnings.warn(f"the Triton kernels compute the softmax only: the "
-                  f"{spec.reduction.name} blocks run the pure-JAX blockwise backend",
-                  UserWarning, stacklevel=2)
-  return BlockwiseBackend()
+
+def _bias(spec, block: Block):
+  """The block's logit bias where its reduction is the sigmoid (its kernels' epilogue),
+  None for the softmax; another reduction has no kernels."""
+  if spec.reduction.name == _SOFTMAX:
+    return None
+  if spec.reduction.name != "sigmoid" or spec.two_sided:
+    raise NotImplementedError(f"the Triton kernels compute the softmax and the one-sided "
+                              f"sigmoid, not a {spec.reduction.name} block")
+  return block.bias
 
 
-_WARNED: set = set()
 _SOFTMAX = "lse"   # the reduction these kernels compute (``_reduction.SOFTMAX.name``)

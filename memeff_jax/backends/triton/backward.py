@@ -66,17 +66,20 @@ class Coefs:
   g_max: jax.Array
 
 
-def lse_bwd(x, y, scale, offsets, row, col, **options):
+def lse_bwd(x, y, scale, offsets, row, col, bias=None, **options):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd);
-  paired: ``(dx, cs, dy, cs_col)``. ``options``: the fields of ``BwdCall``."""
+  paired: ``(dx, cs, dy, cs_col)``. With a ``bias`` (the pairwise sigmoid's
+  coefficients), ``(dx, cs, sum_j c_ij)``. ``options``: the fields of ``BwdCall``."""
   c = BwdCall(**options)
+  assert bias is None or c.pair is None, "a sigmoid block is not paired"
   f32 = jnp.float32
   g_max = jnp.zeros((), f32)
   for side in (row, col):
     if side is not None:
       g_max = jnp.maximum(g_max, jnp.max(jnp.abs(side.g)).astype(f32))
   g_max = jnp.where(jnp.isfinite(g_max) & (g_max > 0), g_max, 1.0)
-  scal = jnp.stack([scale * LOG2E, scale * g_max, g_max]).astype(f32)
+  scal = jnp.stack([scale * LOG2E, scale * g_max, g_max,
+                    jnp.zeros((), f32) if bias is None else bias]).astype(f32)
   dummy = jnp.zeros((1,), f32)
   lse2 = lambda side: (side.lse * LOG2E).astype(f32)
   g = lambda side: (side.g / g_max).astype(f32)
@@ -95,11 +98,12 @@ def lse_bwd(x, y, scale, offsets, row, col, **options):
   flags = dict(HAS_MASK=c.masks is not None, HAS_ROW=row is not None, HAS_COL=col is not None,
                ROW_THR=row is not None and row.thr is not None,
                COL_THR=col is not None and col.thr is not None, EXCLUDE_SELF=c.exclude_self,
-               WANT_CS=c.want_cs, PRECISION=c.config.algorithm.precision)
+               WANT_CS=c.want_cs, PRECISION=c.config.algorithm.precision,
+               SIGMOID=bias is not None)
   go = lambda side_stats, fl: _launch(x, y, scale, offsets, Coefs(side_stats, fl, scal, g_max),
                                       c)
   plain = lambda: go((*stats(row), *stats(col)), dict(flags, SHARED=False))
-  if row is None or col is None or c.tiled:
+  if row is None or col is None or c.tiled or bias is not None:
     return plain()   # (the tiled kernel shares the exponential tile by tile)
   # Both roles: rebase them on one shift t per dim (the largest finite lse), so one
   # exponential per entry serves both, c = 2^(z - t) (g_r 2^(t - lse_r) + g_c 2^(t - lse_c)),
@@ -126,12 +130,14 @@ def _launch(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
   d = x.shape[1]
   if c.prefix is not None:   # Matryoshka: the ladder's chunks, every feature in one launch
     chunk = c.prefix[2].chunk
-    return _lse_bwd_fa(x, y, offsets, coefs, _Features(chunk, d // chunk), **c.options())
+    dx, cs, c1 = _lse_bwd_fa(x, y, offsets, coefs, _Features(chunk, d // chunk), **c.options())
+    return (dx, cs) if c1 is None else (dx, cs, c1)
   block_d, num_d = chunks(d, c.config.bwd.block_d)
   block_do, num_do = chunks(d, c.config.bwd.block_do)
-  dx, cs = _lse_bwd_fa(x, y, offsets, coefs, _Features(block_d, num_d, block_do, num_do),
-                       **c.options())
-  return dx, (None if cs is None else cs[0])
+  dx, cs, c1 = _lse_bwd_fa(x, y, offsets, coefs, _Features(block_d, num_d, block_do, num_do),
+                           **c.options())
+  out = dx, (None if cs is None else cs[0])
+  return out if c1 is None else out + (c1[0],)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,7 +154,8 @@ class _Features:
 
 def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
-  ``(dx, cs)``, cs [K, n] or None. ``options``: the fields of ``BwdCall``."""
+  ``(dx, cs, c1)``, cs [K, n] or None, c1 (SIGMOID: the rows' sums of c) [K, n] or None.
+  ``options``: the fields of ``BwdCall``."""
   c = BwdCall(**options)
   config, want_cs = c.config, c.want_cs
   (n, d), m = x.shape, y.shape[0]
@@ -159,10 +166,12 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
   block_do = d if feats.block_do is None else feats.block_do   # None: Matryoshka, unused
   num_splits, per_split = splits(m, bn, cdiv(n, bm) * num_do, config)
   dx_dtype = c.out_dtype if num_splits == 1 else f32
+  sigmoid = coefs.flags["SIGMOID"]
   out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), dx_dtype),
-                jax.ShapeDtypeStruct((k, num_splits, n) if want_cs else (1,), f32)]
+                jax.ShapeDtypeStruct((k, num_splits, n) if want_cs else (1,), f32),
+                jax.ShapeDtypeStruct((k, num_splits, n) if sigmoid else (1,), f32)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
-  dx, cs = call(
+  dx, cs, c1 = call(
       _lse_bwd_kernel, x, y, coefs.scal, stack_offsets(offsets), *coefs.side_stats, x_tab,
       y_tab, xb, yb, n, m, per_split, out_shapes=out_shapes,
       grid=(cdiv(n, bm), num_do, num_splits), num_warps=config.bwd.num_warps,
@@ -171,7 +180,8 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
       REUSE_Y=(num_d == 1 and num_do == 1 and block_do == block_d), K=k, SEGS=segs,
       HAS_TAB=has_tab, **dict(coefs.flags, WANT_CS=want_cs))
   dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  return dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None)
+  return (dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None),
+          (jnp.sum(c1, axis=1) if sigmoid else None))
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
@@ -199,13 +209,15 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   rows = slab_rows(n, bm, k * m * jnp.dtype(c_dtype).itemsize, config,
                    min_rows=config.budgets.min_slab_rows)
   want_cs_col = pair is not None and pair[0]
+  sigmoid = flags["SIGMOID"]
   # Both roles: one exponential per entry, on a shift each tile picks (TILE_SHIFT).
   tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
   tile_flags["TILE_SHIFT"] = flags["HAS_ROW"] and flags["HAS_COL"]
   f32 = jnp.float32
   out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype),
                 jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32),
-                jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32)]
+                jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32),
+                jax.ShapeDtypeStruct((k, col_tiles, rows) if sigmoid else (1,), f32)]
   precision = dot_precision(config, c_dtype)
   y_dot = y.astype(c_dtype)
   padded = cdiv(n, rows) * rows
@@ -218,9 +230,9 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
                                                   preferred_element_type=f32)
 
   def body(r0, carry):
-    dx, cs, dy, cs_col = carry
-    coef, cs_part, cs_col_part = call(
-        _tile_coef_bwd_kernel, x, y, scal[:1], stack_offsets(offsets, r0), *side_stats,
+    dx, cs, dy, cs_col, c1 = carry
+    coef, cs_part, cs_col_part, c1_part = call(
+        _tile_coef_bwd_kernel, x, y, scal[::3], stack_offsets(offsets, r0), *side_stats,
         x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
         name="memeff/tile_coef_bwd", interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
@@ -237,16 +249,19 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
                                  for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
     if want_cs_col:
       cs_col = cs_col + jnp.sum(cs_col_part, axis=1) * g_max
-    return dx, cs, dy, cs_col
+    if sigmoid:
+      c1 = jax.lax.dynamic_update_slice(c1, jnp.sum(c1_part, axis=1) * g_max, (0, r0))
+    return dx, cs, dy, cs_col, c1
 
   init = _compat.vary_like(
       (jnp.zeros((padded, d), c.out_dtype), jnp.zeros((k, padded), f32) if want_cs else None,
        jnp.zeros((m, d), f32) if pair is not None else None,
-       jnp.zeros((k, m), f32) if want_cs_col else None),
-      x, y, scale, *offsets, *side_stats, xb, yb)
-  dx, cs, dy, cs_col = slab_loop(n, rows, body, init)
+       jnp.zeros((k, m), f32) if want_cs_col else None,
+       jnp.zeros((k, padded), f32) if sigmoid else None),
+      x, y, scale, *offsets, *side_stats, xb, yb, scal)
+  dx, cs, dy, cs_col, c1 = slab_loop(n, rows, body, init)
   unk = lambda v, cut: v[0, :cut] if prefix is None else v[:, :cut]
   dx, cs = dx[:n], (unk(cs, n) if want_cs else None)
   if pair is None:
-    return dx, cs
+    return (dx, cs) + ((unk(c1, n),) if sigmoid else ())
   return dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None)

@@ -46,10 +46,13 @@ class FwdCall:
   want_max: bool = True
 
 
-def lse_fwd(x, y, scale, row_thr, offsets, **options):
+def lse_fwd(x, y, scale, row_thr, offsets, bias=None, **options):
   """Row (and column) log-sum-exp of the masked block and the largest kept logit of
   each row (column): ``(lse_row, lse_col, max_row, max_col)``, natural log units.
-  ``options``: the fields of ``FwdCall``."""
+  With a ``bias`` (the pairwise sigmoid, one-sided, exact), the row statistics are the
+  sums of softplus(z + bias) instead. ``options``: the fields of ``FwdCall``."""
+  if bias is not None:
+    return _lse_fwd_tiled(x, y, scale, row_thr, offsets, FwdCall(**options), bias)
   return _lse_fwd(x, y, scale, row_thr, offsets, FwdCall(**options))
 
 
@@ -99,12 +102,15 @@ def fwd_floor(scale):
   return scale - (BOUND_HEADROOM + BOUND_DEPTH) * LN2
 
 
-def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
+def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall, bias=None):
   """lse_fwd as slabs of GEMM tiles (stats_fwd._tile_lse_fwd_kernel): both sides at once.
   Exact: per-tile log-sum-exps merged by logsumexp; bounded: per-tile sums of
-  2^(z - shift), added up, then shift + log2(sum)."""
+  2^(z - shift), added up, then shift + log2(sum); sigmoid (``bias``): per-tile sums of
+  softplus(z + bias), added up."""
   config, prefix, two_sided, bounded, want_max = (c.config, c.prefix, c.two_sided, c.bounded,
                                                   c.want_max)
+  sigmoid = bias is not None
+  assert not (sigmoid and (two_sided or bounded)), "the sigmoid block is one-sided, exact"
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd.block_m, config.fwd.block_n
   block_k, num_k = chunks(d, config.fwd.block_d) if prefix is None else (
@@ -120,7 +126,8 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
   f32 = jnp.float32
   scale2 = scale * LOG2E
   shift = scale2 - BOUND_HEADROOM
-  scal = jnp.stack([scale2, shift]).astype(f32)
+  scal = jnp.stack([scale2, shift, jnp.zeros_like(scale2) if bias is None else
+                    jnp.asarray(bias, scale2.dtype)]).astype(f32)
   thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
   part = lambda shape: jax.ShapeDtypeStruct(shape, f32)
   col_shape = (k, rows // bm, m) if two_sided else (1,)
@@ -129,7 +136,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
                 part(col_shape if maxima else (1,))]
   warps = config.fwd.one_sided_warps
   warps = config.fwd.num_warps if two_sided or warps is None else warps
-  if bounded:   # sums, added
+  if bounded or sigmoid:   # sums, added
     merge, add, empty = (lambda p: jnp.sum(p, axis=1)), jnp.add, 0.0
   else:         # log-sum-exps (log2 units in, natural out), merged
     merge, add, empty = (lambda p: jax.nn.logsumexp(p * LN2, axis=1)), jnp.logaddexp, -jnp.inf
@@ -143,7 +150,7 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
         D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=block_k, NUM_K=num_k,
         ROW_THR=row_thr is not None, EXCLUDE_SELF=c.exclude_self, TWO_SIDED=two_sided,
         PRECISION=config.algorithm.precision, K=k, SEGS=segs, HAS_TAB=has_tab, HAS_MASK=has_mask,
-        BOUNDED=bounded, WANT_MAX=want_max)
+        BOUNDED=bounded, WANT_MAX=want_max, SIGMOID=sigmoid)
     lse_row = jax.lax.dynamic_update_slice(lse_row, merge(row_part), (0, r0))
     if two_sided:
       lse_col = add(lse_col, merge(col_part))
@@ -157,7 +164,8 @@ def _lse_fwd_tiled(x, y, scale, row_thr, offsets, c: FwdCall):
   cols = jnp.full((k, m), empty, f32) if two_sided else None
   mcols = jnp.full((k, m), -jnp.inf, f32) if two_sided else None
   init = _compat.vary_like((padded, cols, padded if want_max else None,
-                            mcols if want_max else None), x, y, scale, *offsets, xb, yb)
+                            mcols if want_max else None), x, y, scale, *offsets, xb, yb,
+                           *(() if bias is None else (bias,)))
   lse_row, lse_col, max_row, max_col = slab_loop(n, rows, body, init)
   if bounded:   # shift + log2(sum), natural units (-inf where nothing was kept)
     lse_row, lse_col = (None if v is None else (shift + jnp.log2(v)) * LN2

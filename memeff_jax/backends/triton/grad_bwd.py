@@ -19,7 +19,7 @@ from memeff_jax.backends.triton._common import (coefficient, load_tile, row_stat
 def _lse_bwd_kernel(
     # input pointers
     x_ptr, y_ptr,              # [n, D] rows whose gradient this pass writes, [m, D] columns
-    scal_ptr,                  # [3] fp32: scale * log2(e), scale * g_max, g_max
+    scal_ptr,                  # [4] fp32: scale * log2(e), scale * g_max, g_max, SIGMOID bias
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics (SHARED: lse_c unused)
@@ -32,13 +32,14 @@ def _lse_bwd_kernel(
     # output pointers
     dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
     cs_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
+    c1_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij (SIGMOID)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr, REUSE_Y: tl.constexpr,
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr, SHARED: tl.constexpr,
+    HAS_TAB: tl.constexpr, SHARED: tl.constexpr, SIGMOID: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -60,6 +61,9 @@ def _lse_bwd_kernel(
   HAS_TAB (Matryoshka, K prefix dims ending as in the tiled kernels' SEGS; the
   features walked in NUM_D chunks of BLOCK_D; BLOCK_DO and REUSE_Y unused): see
   ``prefix_gradient``.
+
+  SIGMOID: the pairwise sigmoid's coefficients (``_common.coefficient``), and the rows'
+  sums of c (the bias's gradient) in c1.
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   pid_m = tl.program_id(0)
@@ -68,6 +72,7 @@ def _lse_bwd_kernel(
   scale2 = tl.load(scal_ptr)
   out_mult = tl.load(scal_ptr + 1)
   cs_mult = tl.load(scal_ptr + 2)
+  sbias = tl.load(scal_ptr + 3)
   row_off = tl.load(off_ptr)
   col_off = tl.load(off_ptr + 1)
   row0 = pid_m * BLOCK_M
@@ -79,9 +84,10 @@ def _lse_bwd_kernel(
                     cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
                     g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr,
                     dx_ptr + pid_s.to(tl.int64) * n * D, cs_ptr + pid_s.to(tl.int64) * n,
+                    c1_ptr + pid_s.to(tl.int64) * n, sbias,
                     tl.num_programs(2) * n, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D, K, SEGS,
                     HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION,
-                    HAS_MASK, SHARED)
+                    HAS_MASK, SHARED, SIGMOID)
   else:   # (an early return would still compile this body)
     x_t = tl.zeros([1, 1], dtype=tl.float32)
     if NUM_D == 1:
@@ -91,14 +97,18 @@ def _lse_bwd_kernel(
                                   ROW_THR)
     acc = tl.zeros([BLOCK_M, BLOCK_DO], dtype=tl.float32)
     cs = tl.zeros([BLOCK_M], dtype=tl.float32)
+    c1 = tl.zeros([BLOCK_M], dtype=tl.float32)
     for j0 in range(j_lo, j_hi, BLOCK_N):
       s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                           NUM_D, PRECISION)
       coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                          lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
-                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
+                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED,
+                         SIGMOID=SIGMOID, sbias=sbias)
       if WANT_CS:
         cs += tl.sum(coef * s, 1)
+      if SIGMOID:
+        c1 += tl.sum(coef, 1)
       if REUSE_Y:
         y_o = y_t
       else:
@@ -113,18 +123,21 @@ def _lse_bwd_kernel(
     if WANT_CS:
       if pid_o == 0:
         tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
+    if SIGMOID:
+      if pid_o == 0:
+        tl.store(c1_ptr + pid_s.to(tl.int64) * n + rows, c1 * cs_mult, mask=in_rows)
 
 
 @triton.jit
 def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2, out_mult,
                     cs_mult, row_off, col_off, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr,
-                    g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, dx_ptr, cs_ptr, cs_stride,
-                    D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, dx_ptr, cs_ptr, c1_ptr, sbias,
+                    cs_stride, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, K: tl.constexpr,
                     SEGS: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
                     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
                     WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
-                    SHARED: tl.constexpr):
+                    SHARED: tl.constexpr, SIGMOID: tl.constexpr):
   """The Matryoshka body of ``_lse_bwd_kernel`` for one row tile and column split:
 
       dx_i[segment k] = scale * sum_j C^k_ij y_j[segment k],
@@ -146,8 +159,10 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
   for c in tl.static_range(NUM_D):
     acc = acc + (tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32),)
   cs = ()      # per dim: the rows' sums of c s
+  c1 = ()      # and of c (SIGMOID)
   for k in tl.static_range(K):
     cs = cs + (tl.zeros([BLOCK_M], dtype=tl.float32),)
+    c1 = c1 + (tl.zeros([BLOCK_M], dtype=tl.float32),)
   for j0 in range(j_lo, j_hi, BLOCK_N):
     cols = j0 + tl.arange(0, BLOCK_N)
     y_c = ()
@@ -168,9 +183,11 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
       coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
                          thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
                          xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                         EXCLUDE_SELF, HAS_MASK, SHARED)
+                         EXCLUDE_SELF, HAS_MASK, SHARED, SIGMOID=SIGMOID, sbias=sbias)
       if WANT_CS:
         cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
+      if SIGMOID:
+        c1 = c1[:k] + (c1[k] + tl.sum(coef, 1),) + c1[k + 1:]
       coef_ab = coef_ab + (coef * a[:, None] * b[None, :],)
     suffix = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k in tl.static_range(K - 1, -1, -1):
@@ -188,13 +205,16 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
   if WANT_CS:
     for k in tl.static_range(K):
       tl.store(cs_ptr + k * cs_stride + rows, cs[k] * cs_mult, mask=in_rows)
+  if SIGMOID:
+    for k in tl.static_range(K):
+      tl.store(c1_ptr + k * cs_stride + rows, c1[k] * cs_mult, mask=in_rows)
 
 
 @triton.jit
 def _tile_coef_bwd_kernel(
     # input pointers
     x_ptr, y_ptr,              # [n, D] rows, [m, D] columns
-    scal_ptr,                  # [1] fp32: scale * log2(e)
+    scal_ptr,                  # [2] fp32: scale * log2(e), the SIGMOID bias
     off_ptr,                   # [3] int32: global offsets of row 0 and column 0, first slab row
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [K, n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [K, m] column-role statistics
@@ -207,13 +227,14 @@ def _tile_coef_bwd_kernel(
     c_ptr,                     # [K, R, m] coefficient slabs (see below) / g_max
     cs_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij s^k_ij / g_max
     cs_col_ptr,                # [K, R / BLOCK_M, m] fp32: per-tile sum_i c^k_ij s^k_ij / g_max
+    c1_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij / g_max (SIGMOID)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
     ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
     K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
-    TILE_SHIFT: tl.constexpr, SPAN: tl.constexpr,
+    TILE_SHIFT: tl.constexpr, SPAN: tl.constexpr, SIGMOID: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -234,11 +255,12 @@ def _tile_coef_bwd_kernel(
   dot, then each shorter prefix dot walked afresh from feature 0 (as many chunks as
   subtracting the tails for a doubling ladder, and exactly the forward's sums: a
   difference full - tail would lose digits that the prefix tables, ~ D / m_k,
-  amplify).
+  amplify). SIGMOID: the pairwise sigmoid's coefficients, and their per-tile row sums.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
+  sbias = tl.load(scal_ptr + 1)
   row_off, col_off, local0, row0, col0 = tile_origin(off_ptr, BLOCK_M, BLOCK_N)
   rows = row0 + tl.arange(0, BLOCK_M)
   cols = col0 + tl.arange(0, BLOCK_N)
@@ -259,7 +281,7 @@ def _tile_coef_bwd_kernel(
     coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                        lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xb_ptr, yb_ptr,
                        BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF,
-                       HAS_MASK, False, TILE_SHIFT, SPAN)
+                       HAS_MASK, False, TILE_SHIFT, SPAN, SIGMOID, sbias)
     if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
       coef = tl.where(in_rows[:, None], coef, 0.0)
     if HAS_TAB:
@@ -272,9 +294,11 @@ def _tile_coef_bwd_kernel(
       suffix = suffix + coef_ab
     tl.store(c_ptr + (k * tl.num_programs(0) * BLOCK_M + local).to(tl.int64)[:, None] * m +
              cols[None, :], suffix.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
+    cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
     if WANT_CS:
-      cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
       tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))
+    if SIGMOID:
+      tl.store(c1_ptr + cs_base + local, tl.sum(coef, 1))
     if WANT_CS_COL:   # rows past n have coef 0
       col_base = (k * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * m
       tl.store(cs_col_ptr + col_base + cols, tl.sum(coef * s, 0), mask=cols < m)

@@ -14,8 +14,8 @@ import triton
 import triton.language as tl
 
 from memeff_jax.backends.triton._common import (drop_pairs, load_bias, load_tile, logits, lse2,
-                                                lse2_merge, safe_max, similarity, tile_origin,
-                                                tile_similarity)
+                                                lse2_merge, safe_max, similarity, softplus,
+                                                tile_origin, tile_similarity)
 
 
 @triton.jit
@@ -104,7 +104,8 @@ def _lse_fwd_kernel(
 def _tile_lse_fwd_kernel(
     # input pointers
     x_ptr, y_ptr,            # [n, D], [m, D] (row-major, contiguous)
-    scal_ptr,                # [2] fp32: scale * log2(e), the BOUNDED shift (log2 units)
+    scal_ptr,                # [3] fp32: scale * log2(e), the BOUNDED shift (log2 units), the
+                             # SIGMOID bias
     thr_ptr,                 # [K, n] fp32 row thresholds (raw similarity), if ROW_THR
     off_ptr,                 # [3] int32: global offsets of row 0 and column 0, first slab row
     xt_ptr, yt_ptr,          # [K, n], [K, m] fp32 prefix inverse norms, if HAS_TAB
@@ -124,7 +125,7 @@ def _tile_lse_fwd_kernel(
     NUM_K: tl.constexpr, ROW_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
     TWO_SIDED: tl.constexpr, PRECISION: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
     HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr, BOUNDED: tl.constexpr,
-    WANT_MAX: tl.constexpr,
+    WANT_MAX: tl.constexpr, SIGMOID: tl.constexpr,
 ):
   """One [BLOCK_M, BLOCK_N] tile of a slab of R rows: its row and column partial
   log-sum-exps, each over the tile only, merged in JAX.
@@ -144,8 +145,11 @@ def _tile_lse_fwd_kernel(
   The launcher picks the shift so that no term overflows; ``ring.forward`` checks that
   no statistic underflowed (``launch.fwd_floor``). WANT_MAX also stores the maxima
   (the in-batch accuracy); the exact epilogue always does.
+  SIGMOID (one-sided, exact): the row partials are sums of softplus(z ln 2 + bias) (the
+  pairwise sigmoid's negatives, docs/math.md §13), natural units, added in JAX.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
+  tl.static_assert(not (SIGMOID and (TWO_SIDED or BOUNDED)))
   pid_m = tl.program_id(0)
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
@@ -189,6 +193,10 @@ def _tile_lse_fwd_kernel(
         tl.store(row_max_ptr + row_base + local, tl.max(z, 1))
         if TWO_SIDED:
           tl.store(col_max_ptr + col_base + cols, tl.max(z, 0), mask=cols < m)
+    elif SIGMOID:
+      sp = softplus(z * 0.6931471805599453 + tl.load(scal_ptr + 2))   # 0 where dropped
+      tl.store(row_part_ptr + row_base + local, tl.sum(sp, 1))
+      tl.store(row_max_ptr + row_base + local, tl.max(z, 1))
     else:
       r_lse, r_max = lse2(z, 1)
       tl.store(row_part_ptr + row_base + local, r_lse)
