@@ -1,10 +1,10 @@
 """Glue shared by the object wrappers (``classes``, ``nnx``, ``linen``) over the losses.
 
 The wrappers are built from one spec per family (``SPECS``: its loss, arrays, own
-options and docs) and the options table (``_options``: every option's default and
-type), so no wrapper repeats a loss's signature. Flax-free on purpose:
-``memeff_jax.classes`` uses it too, and importing ``memeff_jax`` must never import
-flax.
+options, the shared options it takes, those a Flax module learns, and docs) and the
+options table (``_options``: every option's default and type), so no wrapper repeats a
+loss's signature. Flax-free on purpose: ``memeff_jax.classes`` uses it too, and
+importing ``memeff_jax`` must never import flax.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
-from memeff_jax import clip, lit, qwen3
-from memeff_jax._options import SHARED
+from memeff_jax import clip, lit, qwen3, siglip
+from memeff_jax._options import OPTIONS, SHARED, defaults
 from memeff_jax._validation import check_dims, check_weights
 
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
@@ -39,10 +39,34 @@ class Spec:
   what: str                       # what a call's loss is of
   about: str = ""                 # who is trained, who is locked
   options: tuple[str, ...] = ()   # the family's own options (rows of the options table)
+  shared: tuple[str, ...] = SHARED   # the shared options it takes (its _chain.Family's)
+  params: tuple[str, ...] = ()    # own options a Flax module learns, as ``logit_<name>``
 
   @property
   def function(self) -> str:
     return self.loss.__name__
+
+  @property
+  def module_shared(self) -> tuple[str, ...]:
+    """The shared options a Flax module holds (its temperature is a parameter, ``where``
+    is per call), in signature order."""
+    return tuple(n for n in self.shared if n not in ("temperature", "where"))
+
+  @property
+  def module_options(self) -> tuple[str, ...]:
+    """A Flax module's loss-option fields after ``max_logit_scale``: the shared ones,
+    then the family's own (a learned one holds its parameter's initial value)."""
+    return self.module_shared + self.options
+
+  @property
+  def forwarded(self) -> tuple[str, ...]:
+    """The module fields passed to the loss as they are at every call."""
+    return tuple(n for n in self.module_options if n not in self.params)
+
+  @property
+  def call_keywords(self) -> tuple[str, ...]:
+    """A call's keywords: a ``tau_plus`` override (where the family takes one), ``where``."""
+    return tuple(n for n in ("tau_plus", "where") if n in self.shared)
 
 
 SPECS = (
@@ -67,6 +91,11 @@ SPECS = (
          "queries (trained), documents and hard negatives (locked)",
          "Only the queries are trained; documents and hard negatives are locked. No "
          "``use_dd_negatives``.", options=qwen3.LIT_QWEN3.options),
+    Spec("SigLIP", siglip.siglip_loss, siglip.siglip_loss_with_stats, "§13",
+         {"image_features": "[batch, d], the rows.",
+          "text_features": "[batch, d], the columns; text i is image i's positive."},
+         "image and text features (one sigmoid per pair)",
+         options=siglip.SIGLIP.options, shared=siglip.SIGLIP.shared, params=("bias",)),
 )
 
 CALL_DOC = """  tau_plus: per-call override of the constructor's prior: a float, or a
@@ -81,35 +110,65 @@ def fill(text: str, indent: str = "  ") -> str:
                        subsequent_indent=indent)
 
 
-# The loss options a Flax module holds (its temperature is a parameter, ``where`` is
-# per call), in signature order; a family's own follow.
-MODULE_OPTIONS = tuple(n for n in SHARED if n not in ("temperature", "where"))
-
-
 def module_doc(spec: Spec, call: str, stats: str, first: str = "") -> str:
   """A Flax module's docstring head: what it is and how it is called (``call`` with
   ``first`` and the arrays, ``stats`` for the ``(loss, stats)`` form)."""
-  head = fill(f":func:`memeff_jax.{spec.function}` with a learnable temperature "
+  learned = " and ".join(("temperature",) + spec.params)   # "temperature and bias"
+  head = fill(f":func:`memeff_jax.{spec.function}` with a learnable {learned} "
               f"(docs/math.md {spec.section}, §7.4).", "  ").lstrip()
   about = f"\n\n{fill(spec.about)}" if spec.about else ""
   arrays = ", ".join(a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays)
-  use = fill(f"{call}({first}{arrays}, tau_plus=None, where=None)``: the loss, a "
-             f"float32 scalar; {stats}: ``(loss, stats)``. A per-call ``tau_plus`` (a float "
-             f"or a per-row ``[batch]`` array) overrides the module's; ``where`` (a bool "
-             f"``[batch]`` mask) removes rows, as for the functions.")
+  keywords = ", ".join(f"{k}=None" for k in spec.call_keywords)
+  tau_plus = ("A per-call ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides "
+              "the module's; " if "tau_plus" in spec.call_keywords else "")
+  use = fill(f"{call}({first}{arrays}, {keywords})``: the loss, a float32 scalar; {stats}: "
+             f"``(loss, stats)``. {tau_plus}``where`` (a bool ``[batch]`` mask) removes rows, "
+             f"as for the functions.")
   return f"{head}{about}\n\n{use}\n"
+
+
+def module_init_doc(spec: Spec, section: str, learnable: str) -> str:
+  """A Flax module's ``section`` (``Args:`` / ``Attributes:``) head: the parameters'
+  initial values and ``learnable`` (what True does; ``{names}``: the parameters,
+  ``{them}``: a pronoun for them)."""
+  t = defaults(["temperature"], spec.function)["temperature"]
+  lines = [f"temperature: initial temperature (the fixed one if ``learnable=False``), a Python "
+           f"float > 0; the parameter ``logit_scale = log(1 / t)``. Default {t}, the "
+           f"function's."]
+  lines += [f"{p}: initial {p} (the fixed one if ``learnable=False``), a Python float; the "
+            f"parameter ``logit_{p}``. Default {OPTIONS[p].default}, the function's."
+            for p in spec.params]
+  params = module_params(spec)
+  lines.append(learnable.format(names=" and ".join(f"``{n}``" for n in params),
+                                them="them" if len(params) > 1 else "it"))
+  body = "\n".join(textwrap.fill(" ".join(line.split()), 88, initial_indent="    ",
+                                 subsequent_indent="      ") for line in lines)
+  return f"\n  {section}:\n{body}\n"
+
+
+def module_params(spec: Spec) -> tuple[str, ...]:
+  """A Flax module's parameter names: ``logit_scale``, then ``logit_<name>`` per param."""
+  return ("logit_scale",) + tuple(f"logit_{p}" for p in spec.params)
+
+
+def initial_params(spec: Spec, values: dict[str, Any]) -> dict[str, float]:
+  """A Flax module's parameters, name -> initial Python float, checked here, from the
+  initial ``values`` by option name (the temperature and the spec's params)."""
+  inits = [initial_log_scale(values["temperature"])]
+  inits += [initial_value(p, values[p]) for p in spec.params]
+  return dict(zip(module_params(spec), inits))
 
 
 def module_options_doc(spec: Spec) -> str:
   """The loss options' lines of a Flax module's ``Args:`` / ``Attributes:``."""
-  own = ""
-  if spec.options:
-    own = "\n" + fill(f"{', '.join(spec.options)}: the family's own options (same defaults "
+  own, options = "", [o for o in spec.options if o not in spec.params]
+  if options:
+    own = "\n" + fill(f"{', '.join(options)}: the family's own options (same defaults "
                        f"as the function).", "    ")
   return f"""    max_logit_scale: upper bound on ``1 / t`` (t >= 1 / max_logit_scale), OpenCLIP's
       clamp at 100 by default; None for no bound. The forward pass uses the clamped
       value; above the bound the parameter only receives gradients that bring it back.
-{fill(", ".join(MODULE_OPTIONS) + f": the loss options, forwarded unchanged to "
+{fill(", ".join(spec.module_shared) + f": the loss options, forwarded unchanged to "
       f":func:`memeff_jax.{spec.function}` at every call (the Matryoshka ones only when "
       f"set).", "    ")}{own}
 """
@@ -127,16 +186,18 @@ def module_methods(spec: Spec, stats: Callable, owner: str) -> tuple[Callable, C
 
 def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> Callable:
   """The method ``owner.name(self, <spec's arrays>, *, tau_plus=None, where=None)``
-  (the family's array names, ``hard_negatives=None`` optional) returning ``body(self,
-  *arrays, tau_plus=..., where=...)``.
+  (the family's array names, ``hard_negatives=None`` optional; its call keywords: no
+  ``tau_plus`` for SigLIP) returning ``body(self, *arrays, tau_plus=..., where=...)``.
 
   Written out and compiled, as ``dataclasses`` writes ``__init__``: a real signature,
   so a bad call raises Python's own TypeError naming the method and the argument.
   """
   arrays = [a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays]
-  source = (f"def {name}(self, {', '.join(arrays)}, *, tau_plus=None, where=None):\n"
-            f"  return body(self, {', '.join(spec.arrays)}, tau_plus=tau_plus, "
-            f"where=where)\n")
+  keywords = spec.call_keywords
+  source = (f"def {name}(self, {', '.join(arrays)}, *, "
+            f"{', '.join(k + '=None' for k in keywords)}):\n"
+            f"  return body(self, {', '.join(spec.arrays)}, "
+            f"{', '.join(f'{k}={k}' for k in keywords)})\n")
   # __name__: the wrapper's module (a warning's stacklevel skips memeff_jax's frames)
   namespace = {"body": body, "__name__": getattr(body, "func", body).__module__}
   exec(source, namespace)   # pylint: disable=exec-used
@@ -146,7 +207,7 @@ def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> 
   method.__doc__ = doc
   method.__annotations__ = {
       **{a: "ArrayLike | None" if a == "hard_negatives" else "ArrayLike" for a in spec.arrays},
-      "tau_plus": "ArrayLike | None", "where": "ArrayLike | None", "return": "jax.Array"}
+      **{k: "ArrayLike | None" for k in keywords}, "return": "jax.Array"}
   return method
 
 
@@ -181,6 +242,15 @@ def initial_log_scale(temperature: float) -> float:
   if not (math.isfinite(temperature) and temperature > 0):
     raise ValueError(f"temperature must be finite and > 0, got {temperature=}")
   return math.log(1.0 / temperature)
+
+
+def initial_value(name: str, value: float) -> float:
+  """A learned option's initial Python value (SigLIP's bias), checked: finite."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise TypeError(f"{name} must be a Python float (the initial value), got {value!r}")
+  if not math.isfinite(value):
+    raise ValueError(f"{name} must be finite, got {name}={value!r}")
+  return float(value)
 
 
 def matryoshka_options(dims, weights, names=("matryoshka_dims", "matryoshka_weights"),

@@ -192,7 +192,7 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
   return plain, mrl, dist[0], dist[1]
 
 
-_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS[:4]   # memeff has no SigLIP class
 (MemoryEfficientCLIPLoss, MemoryEfficientMatryoshkaCLIPLoss, DistributedMemoryEfficientCLIPLoss,
  DistributedMemoryEfficientMatryoshkaCLIPLoss) = _family(_CLIP)
 (MemoryEfficientLiTLoss, MemoryEfficientMatryoshkaLiTLoss, DistributedMemoryEfficientLiTLoss,

@@ -1,11 +1,12 @@
-"""Flax Linen loss modules that hold a learnable temperature.
+"""Flax Linen loss modules that hold a learnable temperature (and SigLIP's bias).
 
 One module per loss family: :class:`CLIPLoss`, :class:`LiTLoss`, :class:`Qwen3Loss`,
-:class:`LiTQwen3Loss`. Each declares the parameter ``logit_scale = log(1 / t)``
-(OpenCLIP's), initialized from the ``temperature`` attribute; every other attribute
-is a loss option, forwarded to the function at each call. ``module.apply(variables,
-x, y)`` is the loss; ``method="with_stats"`` gives ``(loss, stats)`` and
-``method="current_temperature"`` the temperature in use.
+:class:`LiTQwen3Loss`, :class:`SigLIPLoss`. Each declares the parameter ``logit_scale =
+log(1 / t)`` (OpenCLIP's), initialized from the ``temperature`` attribute (SigLIPLoss
+also ``logit_bias``, from the ``bias`` attribute: big_vision's ``t = 0.1``, ``b =
+-10``); every other attribute is a loss option, forwarded to the function at each
+call. ``module.apply(variables, x, y)`` is the loss; ``method="with_stats"`` gives
+``(loss, stats)`` and ``method="current_temperature"`` the temperature in use.
 
 flax is an optional dependency (in the checkout: ``pip install -e ".[flax]"``); ``import
 memeff_jax`` never imports it, this module does::
@@ -68,95 +69,95 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from memeff_jax._options import OPTIONS
+from memeff_jax._options import OPTIONS, defaults
 from memeff_jax._validation import check_flag
-from memeff_jax._wrappers import (MAX_LOGIT_SCALE, MODULE_OPTIONS, SPECS, Spec, call_loss,
-                                  module_methods, check_max_logit_scale, initial_log_scale,
-                                  matryoshka_options, module_doc, module_options_doc,
+from memeff_jax._wrappers import (MAX_LOGIT_SCALE, SPECS, Spec, call_loss, check_max_logit_scale,
+                                  initial_params, matryoshka_options, module_doc,
+                                  module_init_doc, module_methods, module_options_doc,
                                   temperature_from_log_scale)
 from memeff_jax.grad_caching import grad_cache
 
-__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
+__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "SigLIPLoss", "grad_cache"]
 
-_ATTRS_DOC = """
-  Attributes:
-    temperature: initial temperature (the fixed one if ``learnable=False``), a
-      Python float > 0. Default 0.07 (CLIP's init).
-    learnable: declare ``logit_scale = log(1 / t)`` as a parameter (collection
-      ``"params"``). False uses a constant instead: no parameter, no gradient.
-"""
+_LEARNABLE_DOC = """learnable: declare {names} in the ``"params"`` collection. False makes
+  {them} constant: no parameter, no gradient."""
 
 
-def _fields(names) -> dict:
-  """A Linen class body's loss-option attributes: annotations and the table's defaults."""
-  return dict(__annotations__={n: OPTIONS[n].type for n in names},
-              **{n: OPTIONS[n].default for n in names})
+def _fields(names, family: str) -> dict:
+  """A Linen class body's loss-option attributes: annotations and the table's defaults
+  (``family``'s, a loss's name)."""
+  return dict(__annotations__={n: OPTIONS[n].type for n in names}, **defaults(names, family))
 
 
 class _Temperature(nn.Module):
-  """The temperature's attributes (the first fields); ``_LossModule`` adds the options."""
+  """The temperature's attributes (the first fields); each family's module adds its loss
+  options (``_module``)."""
 
   temperature: float = OPTIONS["temperature"].default
   learnable: bool = True
   max_logit_scale: float | None = MAX_LOGIT_SCALE
 
 
-# The loss options, as the next fields.
-_Options = type(_Temperature)("_Options", (_Temperature,),
-                              dict(_fields(MODULE_OPTIONS), __module__=__name__))
-
-
-class _LossModule(_Options):
-  """A loss function and its learnable log-scale; the families differ in their arrays
-  (``_spec``) and own options."""
+class _LossModule(_Temperature):
+  """A loss function and its learnable log-scale (and learned options: SigLIP's bias);
+  the families differ in their arrays (``_spec``) and options, the fields that follow."""
 
   _spec = None   # not annotated: a class constant, not a dataclass field
 
   def __post_init__(self):
     # Bad values raise at construction, as in the NNX modules, not at the first apply.
-    initial_log_scale(self.temperature)
+    self._initial_params()
     check_flag("learnable", self.learnable)
     check_max_logit_scale(self.max_logit_scale)
     matryoshka_options(self.matryoshka_dims, self.matryoshka_weights)
     check_flag("matryoshka_per_dim", self.matryoshka_per_dim, allow_none=True)
     super().__post_init__()
 
+  def _initial_params(self) -> dict[str, float]:
+    names = ("temperature",) + self._spec.params
+    return initial_params(self._spec, {n: getattr(self, n) for n in names})
+
   def setup(self):
-    init = initial_log_scale(self.temperature)
-    if self.learnable:
-      self.logit_scale = self.param("logit_scale", nn.initializers.constant(init), (),
-                                    jnp.float32)
-    else:
-      self.logit_scale = jnp.asarray(init, jnp.float32)
+    for name, init in self._initial_params().items():
+      if self.learnable:
+        value = self.param(name, nn.initializers.constant(init), (), jnp.float32)
+      else:
+        value = jnp.asarray(init, jnp.float32)
+      setattr(self, name, value)
 
   def current_temperature(self) -> jax.Array:
     """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
     return temperature_from_log_scale(self.logit_scale, self.max_logit_scale)
 
-  def _stats(self, *arrays, tau_plus, where=None, stats=True) -> Any:
+  def _stats(self, *arrays, tau_plus=None, where=None, stats=True) -> Any:
     """``(loss, stats)``, or (``stats=False``) the loss alone: the loss function,
     which skips the in-batch accuracy's work."""
-    fn = self._spec.with_stats if stats else self._spec.loss
-    options = {name: getattr(self, name) for name in MODULE_OPTIONS + self._spec.options}
+    spec = self._spec
+    fn = spec.with_stats if stats else spec.loss
+    options = {name: getattr(self, name) for name in spec.forwarded}
+    options.update({p: getattr(self, f"logit_{p}") for p in spec.params})
     return call_loss(fn, arrays, temperature=self.current_temperature(), options=options,
                      tau_plus=tau_plus, where=where)
 
 
 def _module(spec: Spec) -> type:
   """The Linen module of one family: ``apply(variables, arrays)`` and
-  ``method="with_stats"``; the family's own options are its last fields."""
-  doc = (module_doc(spec, "``apply", '``method="with_stats"``', "variables, ") + _ATTRS_DOC +
-         module_options_doc(spec))
+  ``method="with_stats"``; its loss options are the fields after ``max_logit_scale``
+  (the family's own last), its ``temperature`` field takes the family's default."""
+  doc = (module_doc(spec, "``apply", '``method="with_stats"``', "variables, ") +
+         module_init_doc(spec, "Attributes", _LEARNABLE_DOC) + module_options_doc(spec))
   name = f"{spec.tag}Loss"
   call, with_stats = module_methods(spec, _LossModule._stats, name)
   # Through Linen's metaclass, with the methods in the body: Linen wraps them there.
+  # (``temperature`` redeclared keeps its place, first, with the family's default.)
   return type(_LossModule)(name, (_LossModule,), dict(
-      _fields(spec.options), __module__=__name__, __qualname__=name,
-      __doc__=doc, _spec=spec, __call__=call, with_stats=with_stats))
+      _fields(("temperature",) + spec.module_options, spec.function), __module__=__name__,
+      __qualname__=name, __doc__=doc, _spec=spec, __call__=call, with_stats=with_stats))
 
 
-_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3, _SIGLIP = SPECS
 CLIPLoss = _module(_CLIP)
 LiTLoss = _module(_LIT)
 Qwen3Loss = _module(_QWEN3)
 LiTQwen3Loss = _module(_LIT_QWEN3)
+SigLIPLoss = _module(_SIGLIP)

@@ -1,11 +1,13 @@
-"""Flax NNX loss modules that hold a learnable temperature.
+"""Flax NNX loss modules that hold a learnable temperature (and SigLIP's bias).
 
 One module per loss family: :class:`CLIPLoss`, :class:`LiTLoss`, :class:`Qwen3Loss`,
-:class:`LiTQwen3Loss`. Each stores the log of the logit scale, ``s = log(1 / t)``
-(OpenCLIP's ``logit_scale``), as an ``nnx.Param`` initialized from ``temperature``,
-keeps every other loss option given at construction as an attribute, and takes the
-arrays at call: ``module(x, y)`` is the loss, ``module.with_stats(x, y)`` the loss
-and its :class:`memeff_jax.ContrastiveStats`.
+:class:`LiTQwen3Loss`, :class:`SigLIPLoss`. Each stores the log of the logit scale,
+``s = log(1 / t)`` (OpenCLIP's ``logit_scale``), as an ``nnx.Param`` initialized from
+``temperature`` (SigLIPLoss also ``logit_bias``, initialized from ``bias``: big_vision's
+``t = 0.1``, ``b = -10``), keeps every other loss option given at construction as an
+attribute, and takes the arrays at call: ``module(x, y)`` is the loss,
+``module.with_stats(x, y)`` the loss and its :class:`memeff_jax.ContrastiveStats`
+(:class:`memeff_jax.SigLIPStats`).
 
 flax is an optional dependency (in the checkout: ``pip install -e ".[flax]"``); ``import
 memeff_jax`` never imports it, this module does::
@@ -39,47 +41,44 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from memeff_jax._options import OPTIONS
+from memeff_jax._options import defaults
 from memeff_jax._validation import check_flag
-from memeff_jax._wrappers import (MAX_LOGIT_SCALE, MODULE_OPTIONS, SPECS, Spec, call_loss,
-                                  module_methods, check_max_logit_scale, initial_log_scale,
-                                  matryoshka_options, module_doc, module_options_doc,
+from memeff_jax._wrappers import (MAX_LOGIT_SCALE, SPECS, Spec, call_loss, check_max_logit_scale,
+                                  initial_params, matryoshka_options, module_doc,
+                                  module_init_doc, module_methods, module_options_doc,
                                   temperature_from_log_scale)
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
 
-__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "grad_cache"]
+__all__ = ["CLIPLoss", "LiTLoss", "LiTQwen3Loss", "Qwen3Loss", "SigLIPLoss", "grad_cache"]
 
-_INIT_DOC = """
-  Args:
-    temperature: initial temperature (the fixed one if ``learnable=False``), a
-      Python float > 0. Default 0.07 (CLIP's init).
-    learnable: keep ``logit_scale = log(1 / t)`` as an ``nnx.Param`` (trained by
-      ``nnx.Optimizer(..., wrt=nnx.Param)``). False stores it as a plain
-      ``nnx.Variable``: no gradient, never updated.
-"""
+_LEARNABLE_DOC = """learnable: keep {names} as ``nnx.Param`` (trained by ``nnx.Optimizer(...,
+  wrt=nnx.Param)``). False stores {them} as plain ``nnx.Variable``: no gradient, never
+  updated."""
 
 
 class _LossModule(nnx.Module):
-  """A loss function and its learnable log-scale; the families differ in their arrays
-  (``_spec``) and own options."""
+  """A loss function and its learnable log-scale (and learned options: SigLIP's bias);
+  the families differ in their arrays (``_spec``) and options."""
 
   _spec: Spec
 
-  def __init__(self, *, temperature: float = OPTIONS["temperature"].default,
-               learnable: bool = True, max_logit_scale: float | None = MAX_LOGIT_SCALE,
-               **options):
+  def __init__(self, *, learnable: bool = True,
+               max_logit_scale: float | None = MAX_LOGIT_SCALE, **options):
+    spec = self._spec
     # The loss options: the table's defaults, and only the family's (as a signature would).
-    names = MODULE_OPTIONS + self._spec.options
+    names = ("temperature",) + spec.module_options
     for name in options:
       if name not in names:
         raise TypeError(f"{type(self).__name__}.__init__() got an unexpected keyword "
                         f"argument {name!r}")
+    options = defaults(names, spec.function) | options
     check_flag("learnable", learnable)
-    log_scale = jnp.asarray(initial_log_scale(temperature), jnp.float32)
-    self.logit_scale = nnx.Param(log_scale) if learnable else nnx.Variable(log_scale)
+    variable = nnx.Param if learnable else nnx.Variable
+    for name, init in initial_params(spec, options).items():
+      setattr(self, name, variable(jnp.asarray(init, jnp.float32)))
     self.learnable = bool(learnable)
     self.max_logit_scale = check_max_logit_scale(max_logit_scale)
-    options = {name: options.get(name, OPTIONS[name].default) for name in names}
+    options = {name: options[name] for name in spec.forwarded}
     options["matryoshka_dims"], options["matryoshka_weights"] = matryoshka_options(
         options["matryoshka_dims"], options["matryoshka_weights"])
     check_flag("matryoshka_per_dim", options["matryoshka_per_dim"], allow_none=True)
@@ -90,45 +89,48 @@ class _LossModule(nnx.Module):
     """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
     return temperature_from_log_scale(self.logit_scale[...], self.max_logit_scale)
 
-  def _stats(self, *arrays, tau_plus, where=None, stats=True) -> Any:
+  def _stats(self, *arrays, tau_plus=None, where=None, stats=True) -> Any:
     """``(loss, stats)``, or (``stats=False``) the loss alone: the loss function,
     which skips the in-batch accuracy's work."""
-    fn = self._spec.with_stats if stats else self._spec.loss
-    options = {name: getattr(self, name) for name in MODULE_OPTIONS + self._spec.options}
+    spec = self._spec
+    fn = spec.with_stats if stats else spec.loss
+    options = {name: getattr(self, name) for name in spec.forwarded}
+    options.update({p: getattr(self, f"logit_{p}")[...] for p in spec.params})
     return call_loss(fn, arrays, temperature=self.current_temperature(), options=options,
                      tau_plus=tau_plus, where=where)
 
 
 def _module(spec: Spec) -> type:
   """The NNX module of one family: ``module(arrays)`` and ``module.with_stats(arrays)``."""
-  doc = (module_doc(spec, "Call it as ``module", "``module.with_stats(...)``") + _INIT_DOC +
-         module_options_doc(spec))
+  doc = (module_doc(spec, "Call it as ``module", "``module.with_stats(...)``") +
+         module_init_doc(spec, "Args", _LEARNABLE_DOC) + module_options_doc(spec))
   name = f"{spec.tag}Loss"
   call, with_stats = module_methods(spec, _LossModule._stats, name)
 
   def __init__(self, **options):
     _LossModule.__init__(self, **options)
 
-  # The constructor's signature, for help() and inspect: the table's defaults.
+  # The constructor's signature, for help() and inspect: the table's (family's) defaults.
   P = inspect.Parameter
+  options = defaults(("temperature",) + spec.module_options, spec.function)
   __init__.__signature__ = inspect.Signature(
-      [P("self", P.POSITIONAL_OR_KEYWORD)] +
-      [P(n, P.KEYWORD_ONLY, default=d) for n, d in (
-          ("temperature", OPTIONS["temperature"].default), ("learnable", True),
-          ("max_logit_scale", MAX_LOGIT_SCALE))] +
-      [P(n, P.KEYWORD_ONLY, default=OPTIONS[n].default)
-       for n in MODULE_OPTIONS + spec.options])
+      [P("self", P.POSITIONAL_OR_KEYWORD),
+       P("temperature", P.KEYWORD_ONLY, default=options.pop("temperature")),
+       P("learnable", P.KEYWORD_ONLY, default=True),
+       P("max_logit_scale", P.KEYWORD_ONLY, default=MAX_LOGIT_SCALE)] +
+      [P(n, P.KEYWORD_ONLY, default=d) for n, d in options.items()])
   # The metaclass of nnx.Module builds the class (a plain type() would skip its __init__).
   return type(_LossModule)(name, (_LossModule,), dict(
       __module__=__name__, __qualname__=name, __doc__=doc, _spec=spec,
       __init__=__init__, __call__=call, with_stats=with_stats))
 
 
-_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3, _SIGLIP = SPECS
 CLIPLoss = _module(_CLIP)
 LiTLoss = _module(_LIT)
 Qwen3Loss = _module(_QWEN3)
 LiTQwen3Loss = _module(_LIT_QWEN3)
+SigLIPLoss = _module(_SIGLIP)
 
 
 def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,

@@ -1,6 +1,7 @@
 """memeff_jax.nnx and memeff_jax.linen: the loss modules train with optax, their
 learnable temperature gets a gradient and moves, and each module's loss equals the
-functional loss at the module's temperature. Small shapes, blockwise backend only."""
+functional loss at the module's temperature; SigLIPLoss's temperature and bias, values
+and gradients, equal the float64 reference's. Small shapes, blockwise backend only."""
 
 import functools
 import math
@@ -281,3 +282,167 @@ def test_import_memeff_jax_does_not_import_flax():
                        check=False)
   assert out.returncode == 0, out.stderr
   assert out.stdout.strip()
+
+
+# --- SigLIP: a learnable temperature and bias -----------------------------------------
+# Each compared with the dense float64 reference on the same float32 features; rtol
+# 1e-5: the module runs the blockwise backend in float32.
+
+SIGLIP_INITS = [None, (0.05, -3.0)]   # None: the defaults (big_vision's t = 0.1, b = -10)
+
+
+def _siglip_init(init):
+  """(constructor keywords, t, b) of an init point."""
+  if init is None:
+    return {}, 0.1, -10.0
+  t, b = init
+  return dict(temperature=t, bias=b), t, b
+
+
+def _siglip_reference(x, y, t, b, *, grads=False, **kw):
+  """reference.siglip_loss_with_stats in float64 at (t, b): ``(loss, stats)``, or
+  (``grads``) the loss's gradients w.r.t. ``t`` and ``b``; numpy float64 leaves."""
+  with jax.enable_x64(True):
+    x64, y64 = (jnp.asarray(np.asarray(v), jnp.float64) for v in (x, y))
+    fn = lambda t, b: mj.reference.siglip_loss_with_stats(x64, y64, temperature=t, bias=b,
+                                                          **kw)
+    t, b = jnp.float64(t), jnp.float64(b)
+    out = jax.grad(lambda t, b: fn(t, b)[0], argnums=(0, 1))(t, b) if grads else fn(t, b)
+    return jax.tree.map(np.asarray, out)
+
+
+def _siglip_linen(x, y, **kw):
+  """A Linen SigLIPLoss and its initial variables."""
+  module = mlinen.SigLIPLoss(backend="blockwise", **kw)
+  return module, jax.jit(module.init)(jax.random.key(0), x, y)
+
+
+def _siglip_value(framework, x, y, **kw):
+  """(logit_scale, logit_bias, loss, (loss, stats)) of a fresh module at its init."""
+  if framework == "nnx":
+    module = mnnx.SigLIPLoss(backend="blockwise", **kw)
+    params = module.logit_scale[...], module.logit_bias[...]
+    return (*params, *nnx.jit(lambda m: (m(x, y), m.with_stats(x, y)))(module))
+  module, variables = _siglip_linen(x, y, **kw)
+  params = variables["params"]["logit_scale"], variables["params"]["logit_bias"]
+  run = jax.jit(lambda v: (module.apply(v, x, y), module.apply(v, x, y, method="with_stats")))
+  return (*params, *run(variables))
+
+
+@pytest.mark.parametrize("init", SIGLIP_INITS)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_siglip_value_at_init_equals_reference(framework, init):
+  x, y = _data()[:2]
+  kw, t, b = _siglip_init(init)
+  scale, bias, value, (value_s, stats) = _siglip_value(framework, x, y, **kw)
+  np.testing.assert_allclose(scale, math.log(1 / t), rtol=1e-6)
+  np.testing.assert_allclose(bias, b, rtol=1e-6)
+  want, want_stats = _siglip_reference(x, y, t, b)
+  np.testing.assert_allclose(value, want, rtol=1e-5)
+  np.testing.assert_allclose(value_s, want, rtol=1e-5)
+  assert isinstance(stats, mj.SigLIPStats)
+  # The parts: atol 1e-5 of the loss, since the library's positive part is the loss
+  # minus the negative part (at (0.05, -3) it is ~1e-5 of the loss: fp32 cancellation).
+  for part in ("loss_positive", "loss_negative"):
+    np.testing.assert_allclose(getattr(stats, part), getattr(want_stats, part), rtol=1e-5,
+                               atol=1e-5 * float(want), err_msg=part)
+
+
+@pytest.mark.parametrize("init", SIGLIP_INITS)
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_siglip_parameter_gradients_equal_reference(framework, init):
+  # stable=False: the plain gradients; d t / d logit_scale = -t (chain rule, by hand).
+  x, y = _data()[:2]
+  kw, t, b = _siglip_init(init)
+  if framework == "nnx":
+    module = mnnx.SigLIPLoss(stable=False, backend="blockwise", **kw)
+    grads = nnx.jit(nnx.grad(lambda m: m(x, y)))(module)
+    g_scale, g_bias = grads["logit_scale"][...], grads["logit_bias"][...]
+  else:
+    module, variables = _siglip_linen(x, y, stable=False, **kw)
+    grads = jax.jit(jax.grad(lambda v: module.apply(v, x, y)))(variables)["params"]
+    g_scale, g_bias = grads["logit_scale"], grads["logit_bias"]
+  g_t, g_b = _siglip_reference(x, y, t, b, grads=True, stable=False)
+  np.testing.assert_allclose(g_scale, -t * g_t, rtol=1e-5)
+  np.testing.assert_allclose(g_bias, g_b, rtol=1e-5)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_siglip_where_equals_reference_on_kept_rows(framework):
+  x, y = _data()[:2]
+  keep = np.arange(B) % 3 != 1   # rows 1, 4, 7 removed
+  if framework == "nnx":
+    module = mnnx.SigLIPLoss(backend="blockwise")
+    value, (value_s, _) = nnx.jit(
+        lambda m, w: (m(x, y, where=w), m.with_stats(x, y, where=w)))(module, keep)
+  else:
+    module, variables = _siglip_linen(x, y)
+    value, (value_s, _) = jax.jit(lambda v, w: (
+        module.apply(v, x, y, where=w),
+        module.apply(v, x, y, where=w, method="with_stats")))(variables, keep)
+  want, _ = _siglip_reference(x[keep], y[keep], 0.1, -10.0)
+  np.testing.assert_allclose(value, want, rtol=1e-5)
+  np.testing.assert_allclose(value_s, want, rtol=1e-5)
+
+
+def test_nnx_siglip_optimizer_step_moves_both_parameters():
+  x, y = _data()[:2]
+  model = NnxModel(mnnx.SigLIPLoss(backend="blockwise"), rngs=nnx.Rngs(0))
+  optimizer = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+  before = model.loss.logit_scale[...], model.loss.logit_bias[...]
+  _, grads = _nnx_step(model, optimizer, (x, y))
+  for name, old in zip(("logit_scale", "logit_bias"), before):
+    assert np.isfinite(grads["loss"][name][...]) and grads["loss"][name][...] != 0
+    # adam's first step moves each parameter by ~ its learning rate
+    assert abs(float(getattr(model.loss, name)[...]) - float(old)) > 1e-2, name
+
+
+def test_nnx_siglip_fixed_parameters():
+  x, y = _data()[:2]
+  model = NnxModel(mnnx.SigLIPLoss(temperature=0.05, bias=-3.0, learnable=False,
+                                   backend="blockwise"), rngs=nnx.Rngs(0))
+  for name in ("logit_scale", "logit_bias"):
+    assert not isinstance(getattr(model.loss, name), nnx.Param), name
+  assert not nnx.state(model.loss, nnx.Param)
+  optimizer = nnx.Optimizer(model, optax.adam(3e-2), wrt=nnx.Param)
+  for _ in range(2):
+    _, grads = _nnx_step(model, optimizer, (x, y))
+  assert "loss" not in grads   # the loss module has no Param left to differentiate
+  np.testing.assert_allclose(model.loss.current_temperature(), 0.05, rtol=1e-6)
+  np.testing.assert_allclose(model.loss.logit_bias[...], -3.0, rtol=1e-6)
+
+
+def test_linen_siglip_optimizer_step_moves_both_parameters():
+  x, y = _data()[:2]
+  model = LinenModel(mlinen.SigLIPLoss(backend="blockwise"))
+  init = jax.jit(model.init)(jax.random.key(0), x, y)["params"]["loss"]
+  params, history = _linen_train(model, (x, y), steps=1)
+  assert set(params["loss"]) == {"logit_scale", "logit_bias"}
+  for name in ("logit_scale", "logit_bias"):
+    g = history[0][1]["loss"][name]
+    assert np.isfinite(g) and g != 0
+    # adam's first step moves each parameter by ~ its learning rate
+    assert abs(float(params["loss"][name]) - float(init[name])) > 1e-2, name
+
+
+def test_linen_siglip_fixed_parameters():
+  x, y = _data()[:2]
+  loss_module = mlinen.SigLIPLoss(temperature=0.05, bias=-3.0, learnable=False,
+                                  backend="blockwise")
+  params, history = _linen_train(LinenModel(loss_module), (x, y), steps=2)
+  assert "loss" not in params   # no parameter at all: constants
+  assert "loss" not in history[0][1]
+  np.testing.assert_allclose(loss_module.apply({}, method="current_temperature"), 0.05,
+                             rtol=1e-6)
+  # The constant bias is the one in use: the loss equals the reference at (0.05, -3).
+  want, _ = _siglip_reference(x, y, 0.05, -3.0)
+  np.testing.assert_allclose(loss_module.apply({}, x, y), want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_siglip_bad_initial_bias(framework):
+  cls = (mnnx if framework == "nnx" else mlinen).SigLIPLoss
+  with pytest.raises(ValueError, match="bias must be finite"):
+    cls(bias=float("inf"))
+  with pytest.raises(TypeError, match="bias must be a Python float"):
+    cls(bias=jnp.float32(-10.0))

@@ -101,14 +101,38 @@ def test_class_constructor_parameters():
   assert len(want) == 18
 
 
-# The Flax modules: their loss options are the table's rows, with its defaults.
+# The Flax modules: their loss options are the table's rows, with its defaults (the
+# family's: SigLIP's temperature is 0.1); SigLIP has no softmax options.
 _MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
                   "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
                   "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
                   "deterministic", "config"]
+_SOFTMAX_ONLY = ["tau_plus", "label_smoothing", "lse_square_scale"]
 _OWN = {"CLIPLoss": [], "LiTLoss": [], "Qwen3Loss": ["margin", "use_qq_negatives",
                                                      "use_dd_negatives"],
-        "LiTQwen3Loss": ["margin", "use_qq_negatives"]}
+        "LiTQwen3Loss": ["margin", "use_qq_negatives"], "SigLIPLoss": ["bias"]}
+_FUNCTIONS = {"CLIPLoss": "clip_loss", "LiTLoss": "lit_loss", "Qwen3Loss": "qwen3_loss",
+              "LiTQwen3Loss": "lit_qwen3_loss", "SigLIPLoss": "siglip_loss"}
+
+
+def _module_fields(name):
+  """The module's fields (the NNX constructor's keywords), in order."""
+  drop = _SOFTMAX_ONLY if name == "SigLIPLoss" else []
+  return [f for f in _MODULE_FIELDS if f not in drop] + _OWN[name]
+
+
+def _default(name, field):
+  return _options.defaults([field], _FUNCTIONS[name])[field]
+
+
+def test_siglip_module_fields():
+  # Written out once, so that _module_fields' rule is checked too.
+  assert _module_fields("SigLIPLoss") == [
+      "temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
+      "matryoshka_dims", "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
+      "deterministic", "config", "bias"]
+  assert _default("SigLIPLoss", "temperature") == 0.1
+  assert _default("SigLIPLoss", "bias") == -10.0
 
 
 @pytest.mark.parametrize("name", sorted(_OWN))
@@ -116,10 +140,15 @@ def test_linen_fields_and_defaults(name):
   pytest.importorskip("flax")
   from memeff_jax import linen  # pylint: disable=g-import-not-at-top
   fields = {f.name: f.default for f in dataclasses.fields(getattr(linen, name))}
-  assert list(fields) == _MODULE_FIELDS + _OWN[name] + ["parent", "name"]
+  assert list(fields) == _module_fields(name) + ["parent", "name"]
   for field, default in fields.items():
     if field in _options.OPTIONS:
-      assert default == _options.OPTIONS[field].default, field
+      assert default == _default(name, field), field
+  module = getattr(linen, name)()
+  for bad in ["bogus"] + [f for f in _MODULE_FIELDS if f not in _module_fields(name)]:
+    with pytest.raises(TypeError, match=f"unexpected keyword argument '{bad}'"):
+      getattr(linen, name)(**{bad: 0.1})
+  assert module.temperature == _default(name, "temperature")
 
 
 @pytest.mark.parametrize("name", sorted(_OWN))
@@ -128,13 +157,24 @@ def test_nnx_constructor_and_defaults(name):
   from memeff_jax import nnx  # pylint: disable=g-import-not-at-top
   cls = getattr(nnx, name)
   params = inspect.signature(cls.__init__).parameters
-  assert list(params)[1:] == _MODULE_FIELDS + _OWN[name]
+  assert list(params)[1:] == _module_fields(name)
+  for field in _module_fields(name):
+    if field in _options.OPTIONS:
+      assert params[field].default == _default(name, field), field
   module = cls()
-  for field in _MODULE_FIELDS[3:] + _OWN[name]:
-    assert getattr(module, field) == _options.OPTIONS[field].default, field
-  with pytest.raises(TypeError, match=f"{name}.__init__\\(\\) got an unexpected keyword "
-                                      f"argument 'bogus'"):
-    cls(bogus=1)
+  # The attributes: the options as given; the initial values live in the parameters.
+  learned = cls._spec.params
+  for field in _module_fields(name)[3:]:
+    if field not in learned:
+      assert getattr(module, field) == _default(name, field), field
+  for field in learned:
+    assert getattr(module, f"logit_{field}")[...] == _default(name, field), field
+    assert not hasattr(module, field), field
+  assert abs(float(module.current_temperature()) - _default(name, "temperature")) < 1e-7
+  for bad in ["bogus"] + [f for f in _MODULE_FIELDS if f not in _module_fields(name)]:
+    with pytest.raises(TypeError, match=f"{name}.__init__\\(\\) got an unexpected keyword "
+                                        f"argument '{bad}'"):
+      cls(**{bad: 0.1})
 
 
 @pytest.mark.parametrize("name", sorted(_OWN))
@@ -142,18 +182,25 @@ def test_call_signatures_name_the_arrays(name):
   pytest.importorskip("flax")
   from memeff_jax import linen, nnx  # pylint: disable=g-import-not-at-top
   arrays = list(inspect.signature(
-      getattr(mj, _options_function(name))).parameters)[:3 if "Qwen3" in name else 2]
-  for cls in (getattr(nnx, name), getattr(linen, name),
-              getattr(classes, "MemoryEfficient" + name)):
+      getattr(mj, _FUNCTIONS[name])).parameters)[:3 if "Qwen3" in name else 2]
+  keywords = ["where"] if name == "SigLIPLoss" else ["tau_plus", "where"]
+  classes_cls = getattr(classes, "MemoryEfficient" + name, None)   # none for SigLIP
+  for cls in filter(None, (getattr(nnx, name), getattr(linen, name), classes_cls)):
     for method in ("__call__", "with_stats"):
       if hasattr(cls, method):
         params = list(inspect.signature(getattr(cls, method)).parameters)
-        assert params == ["self"] + arrays + ["tau_plus", "where"], (cls, method)
+        assert params == ["self"] + arrays + keywords, (cls, method)
 
 
-def _options_function(name):
-  return {"CLIPLoss": "clip_loss", "LiTLoss": "lit_loss", "Qwen3Loss": "qwen3_loss",
-          "LiTQwen3Loss": "lit_qwen3_loss"}[name]
+def test_siglip_call_takes_no_tau_plus():
+  pytest.importorskip("flax")
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from memeff_jax import nnx  # pylint: disable=g-import-not-at-top
+  x = jnp.ones((4, 8), jnp.float32) + jnp.eye(4, 8)
+  module = nnx.SigLIPLoss(backend="blockwise")
+  for method in (module, module.with_stats):
+    with pytest.raises(TypeError, match="unexpected keyword argument 'tau_plus'"):
+      method(x, x, tau_plus=0.1)
 
 
 @pytest.mark.parametrize("name,bad", [("temperature", -0.1), ("tau_plus", 1.5),
