@@ -62,9 +62,9 @@ fi
 # Triton finds no cache dir ("Could not create or locate cache dir").
 for prov in triton memeff; do
   has headline && stage ${T_HEAD:-200} python benchmarks/bench_losses.py \
-    --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7,lit_qwen3 --batch 65536 --dims 512 \
+    --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7,lit_qwen3,siglip --batch 65536 --dims 512 \
     --providers $prov --reps ${HEAD_REPS:-10} --out "$OUT/headline_$prov.csv"
-  has headline && stage ${T_HEAD16:-60} python benchmarks/bench_losses.py --losses clip,lit \
+  has headline && stage ${T_HEAD16:-60} python benchmarks/bench_losses.py --losses clip,lit,siglip \
     --batch 16384 --dims 512 --providers $prov$([ $prov = triton ] && echo ,dense) \
     --out "$OUT/headline16k_$prov.csv"
 done

@@ -252,8 +252,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
               unk(ctx.row_sum((pos_logit > lax.stop_gradient(mx)).astype(jnp.float32)) /
                   ctx.batch).astype(jnp.float32) for mx in head.max_neg]
   if family.stats is not None:
-    return loss, family.stats(ctx=ctx, terms=terms, per_dim=per_dim, accuracy=accuracy,
-                              unk=unk)
+    return loss, family.stats(ctx=ctx, head=head, terms=terms, per_dim=per_dim,
+                              accuracy=accuracy, unk=unk)
   # Removed rows report lse 0.
   lse_stat = lambda lse: unk(lse if mask is None else jnp.where(mask, lse, 0.0))
   stats = ContrastiveStats(

@@ -26,10 +26,11 @@ def _head(ctx: _chain.Ctx, towers, *, bias) -> _chain.Head:
                      reduction=SIGMOID, bias=b)
 
 
-def _stats(*, ctx, terms, per_dim, accuracy, unk) -> SigLIPStats:
-  (ell, neg), = terms
+def _stats(*, ctx, head, terms, per_dim, accuracy, unk) -> SigLIPStats:
+  (_, neg), = terms
   part = lambda v: unk(ctx.row_sum(v) / ctx.batch)
-  return SigLIPStats(loss_positive=part(ell - neg), loss_negative=part(neg),
+  pos = jax.nn.softplus(-(ctx.scale * head.pos + head.bias))   # (not ell - neg: no cancelling)
+  return SigLIPStats(loss_positive=part(pos), loss_negative=part(neg),
                      matryoshka_losses=per_dim if ctx.dims else None, accuracy_row=accuracy[0])
 
 

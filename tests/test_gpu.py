@@ -19,6 +19,7 @@ from tests.support.data import (BOUNDED_CASES, decisive_margin, features, graded
                                 qwen3_batch, where_mask, with_exact_ties)
 from tests.support.families import FAMILIES, eager_matryoshka
 from tests.support.oracle import block_lse64, count_pairs, count_qwen3
+from tests.support.tolerances import FP32, LOW
 
 pytestmark = pytest.mark.gpu
 # B = 1, and batches that are no multiple of any tile; every D for B = 300.
@@ -393,3 +394,37 @@ def test_exact_ties_with_the_positive_are_kept_triton(lit, dims, dtype):
   cfg = _cfg(24, dtype)   # fp32: ieee dots (the value tolerance is fp32's)
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, **kw, **k),
           lambda *a, **k: fn(*a, backend="reference", **kw, **k), [q, doc, h], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("b,d,option", [(1, 16, None), (300, 72, None), (2085, 512, None),
+                                        (700, 1152, None), (2085, 512, "dims"),
+                                        (300, 72, "dims"), (2085, 384, "where")])
+def test_siglip_triton(b, d, option, dtype):
+  # SigLIP's sigmoid epilogues against the float64 reference (the fused one for one
+  # Matryoshka block): value and the gradients of x, y and t (compare), and the bias's
+  # gradient (fp32: FP32's bound; bf16: 2x the plain bf16 formula's error + LOW's atol).
+  x, y = features(b + d, [(b, d), (b, d)], dtype)
+  kw = dict(bias=-5.0)
+  ref, cfg = reference.siglip_loss, _cfg(d, dtype)
+  if option == "dims":
+    dims = (8, 40, 72) if d == 72 else (64, 128, 256, 512)
+    kw.update(matryoshka_dims=dims, matryoshka_per_dim=False)
+    cfg = cfg.evolve(algorithm=dict(matryoshka_per_dim=False))   # (the config agrees)
+    ref = lambda *a, matryoshka_dims, matryoshka_per_dim, **k: reference.matryoshka_fused(
+        reference.siglip_loss, *a, dims=matryoshka_dims, **k)
+  if option == "where":
+    kw["where"] = where_mask(b)
+  fn = lambda *a, **k: mj.siglip_loss(*a, backend="triton", config=cfg, **k)
+  compare(fn, ref, [x, y], dtype=dtype, temperature=0.1, **kw)
+  db = lambda f, a, t: jax.grad(lambda v: f(*a, temperature=t, **dict(kw, bias=v)))
+  got = float(db(fn, [x, y], jnp.float32(0.1))(jnp.float32(-5.0)))
+  with jax.enable_x64(True):
+    a64 = [jnp.asarray(np.asarray(v, np.float64)) for v in (x, y)]
+    want = float(db(ref, a64, 0.1)(jnp.float64(-5.0)))
+  if dtype == jnp.float32:
+    tol = FP32[1]
+  else:
+    low = float(db(ref, [x, y], jnp.float32(0.1))(jnp.float32(-5.0)))
+    tol = 2 * abs(low - want) / abs(want) + LOW[jnp.dtype(dtype)][1]
+  assert abs(got - want) <= tol * abs(want), (got, want, tol)
