@@ -1,7 +1,7 @@
 """The one differentiable op every loss uses: masked, scaled per-row statistics of a
 similarity block, over its rows and optionally its columns. The statistic is the
 block's ``Reduction`` (``spec.reduction``, ``_reduction.py``, docs/math.md §12): the
-softmax's log-sum-exp below, the only one the backends compute today.
+softmax's log-sum-exp below, or the sigmoid's sums (SigLIP, with ``bias``).
 
     z_ij  = scale * s_ij,   s_ij = <x_i, y_j>
             (prefix dims: s^k_ij = a_ik * b_jk * <x_i[:m_k], y_j[:m_k]>, a/b the

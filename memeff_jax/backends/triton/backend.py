@@ -169,7 +169,6 @@ class TritonBackend:
     return dx, cs, dy, cs_col
 
 
-
 def _bias(spec, block: Block):
   """The block's logit bias where its reduction is the sigmoid (its kernels' epilogue),
   None for the softmax; another reduction has no kernels."""
