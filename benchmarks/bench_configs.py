@@ -1,7 +1,7 @@
 """Tile sweep and time split for the Triton backend (one GPU, one process).
 
-For each feature size and KernelConfig: CLIP (``clip``), LiT (``lit``), Qwen3 (``qwen3``)
-or fused Matryoshka with dims (d/8, d/4, d/2, d) (``clip_mrl``, ...) fwd+bwd (with its
+For each feature size and KernelConfig: CLIP (``clip``), LiT (``lit``), Qwen3 (``qwen3``),
+SigLIP (``siglip``; paired, its gradient comes from the forward pass) or fused Matryoshka with dims (d/8, d/4, d/2, d) (``clip_mrl``, ...) fwd+bwd (with its
 compiled extra memory) and forward-only time at one batch, so the defaults in
 config.py come from measurements and the backward's share of the time is visible
 (bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None). ``--set slab``: the
@@ -77,7 +77,8 @@ _S = lambda rows, *t: _tb(*t, bwd_pair=True, min_slab_rows=rows)
 SLAB_CANDIDATES = [_S(1024, 64, 128, 64, 4, 4), _S(2048, 64, 128, 64, 4, 4),
                    _S(4096, 64, 128, 64, 4, 4), _S(2048, 128, 128, 64, 8, 3),
                    _S(2048, 128, 64, 64, 4, 4), _S(2048, 64, 128, 64, 8, 4),
-                   _S(2048, 64, 64, 64, 4, 4), _S(2048, 64, 256, 64, 8, 3)]
+                   _S(2048, 64, 64, 64, 4, 4), _S(2048, 64, 256, 64, 8, 3),
+                   dict(bwd_pair_max_batch=0)]   # (last: no pairing, whatever the batch)
 # Matryoshka: the tiled forward with the default 64 x 64 tiles, then gradient
 # candidates (FlashAttention-shaped with several tiles; the tiled one unpaired and
 # paired), then forward candidates.
@@ -115,10 +116,10 @@ def main(argv=None):
       cfg = None if i == 0 else dataclasses.replace(default_config(d, jnp.bfloat16), **t)
       base = name.removesuffix("_mrl")
       fn = functools.partial({"clip": mj.clip_loss, "lit": mj.lit_loss,
-                              "qwen3": mj.qwen3_loss}[base],
+                              "qwen3": mj.qwen3_loss, "siglip": mj.siglip_loss}[base],
                              **(dict(matryoshka_dims=(d // 8, d // 4, d // 2, d)) if mrl else {}))
       argnums = (0,) if base == "lit" else (0, 1)
-      gemms = 3 if base == "lit" else 5
+      gemms = 3 if base in ("lit", "siglip") else 5
       label = "default" if i == 0 else f"cfg{i}"
       note = str(t)
       full = jax.jit(jax.value_and_grad(

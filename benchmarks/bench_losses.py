@@ -57,7 +57,7 @@ for _name in ("clip", "qwen3"):
 # Memory for speed: bwd_pair with coefficient slabs of 2048 / 4096 rows
 # (docs/benchmarks.md, "Trading memory for speed"); LiT trains one tower, so its gradient
 # is unchanged.
-for _name in ("clip", "lit", "qwen3", "qwen3_qqdd"):
+for _name in ("clip", "lit", "qwen3", "qwen3_qqdd", "siglip"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   for _rows in (2048, 4096):
     LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)

@@ -27,7 +27,10 @@ VJP, for cotangents g_row / g_col (the softmax's coefficients; a reduction's
     dx_i   = scale * sum_j c_ij y_j,   dy_j = scale * sum_i c_ij x_i
     dscale = sum_ij c_ij s_ij,         da_ik = scale * sum_j c^k_ij s^k_ij / a_ik
 
-Only O(n) residuals are saved (the inputs and the statistics). With
+Only O(n) residuals are saved (the inputs and the statistics), except where the
+gradient is formed in the forward pass (``_fuses``: a ``local`` reduction, the sigmoid,
+whose block the backend ``fuses``): then the unit-cotangent gradients, O(n d), are saved
+and the backward scales them (docs/math.md §12). With
 ``symbolic_zeros`` a locked tower, a constant temperature or an unused column
 statistic skips its gradient kernels.
 """
@@ -36,14 +39,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Hashable, NamedTuple
+from typing import Any, Hashable
 
 import jax
+import jax.numpy as jnp
 from jax.custom_derivatives import SymbolicZero
 
 from memeff_jax import ring
 from memeff_jax._reduction import SOFTMAX, Reduction
-from memeff_jax.backends.base import Block
+from memeff_jax.backends.base import Block, Side
 from memeff_jax.config import KernelConfig
 
 
@@ -67,17 +71,6 @@ class BlockSpec:
   def __post_init__(self):
     if self.two_sided and self.symmetric:
       raise ValueError("a symmetric block's column statistics are its row statistics")
-
-
-class Side(NamedTuple):
-  """One role's (rows' or columns') statistics for the gradient pass: the statistic as
-  ``reduction.residual`` gives it (the softmax: log-normalizers with -inf replaced by
-  +inf, so a fully masked softmax contributes exact zeros), cotangents, and thresholds
-  (or None)."""
-
-  lse: jax.Array                # the residual statistic (named for the softmax's)
-  g: jax.Array
-  thr: jax.Array | None
 
 
 def block_stats(x, y, scale, row_thr=None, x_tab=None, y_tab=None, x_mask=None, y_mask=None,
@@ -119,21 +112,28 @@ def _op(spec: BlockSpec):
     val = lambda p: None if p is None else p.value
     block = Block(cast(val(x)), cast(val(y)), val(x_tab), val(y_tab), val(x_mask),
                   val(y_mask), bias=val(bias))
-    out = ring.forward(spec, block, val(scale), val(row_thr))
     need = ring.Need(
         x=x.perturbed, y=(y is not None and y.perturbed), scale=scale.perturbed,
         x_tab=(x_tab is not None and x_tab.perturbed),
         y_tab=(y_tab is not None and y_tab.perturbed),
         bias=(bias is not None and bias.perturbed))
+    if _fuses(spec, need, block, row_thr):
+      lse_row, max_row, *unit = spec.backend.fwd_grad(block, val(scale), spec=spec,
+                                                      want_cs=need.scale)
+      out = (lse_row, None, max_row if spec.want_max else None, None)
+      return out, ((block, val(scale), None, None, None), need, tuple(unit))
+    out = ring.forward(spec, block, val(scale), val(row_thr))
     res = (block, val(scale), val(row_thr)) + out[:2]
-    return out, (res, need)
+    return out, (res, need, None)
 
   def bwd(saved, cts):
-    (block, scale, row_thr, lse_row, lse_col), need = saved
+    (block, scale, row_thr, lse_row, lse_col), need, unit = saved
     # The maxima's cotangents (cts[2:]) are dropped: they carry no gradient.
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
       return (None,) * 9
+    if unit is not None:
+      return _scaled(need, block, scale, unit, g_row)
     residual = spec.reduction.residual
     row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
     col = None if g_col is None else Side(residual(lse_col), g_col, None)
@@ -144,3 +144,32 @@ def _op(spec: BlockSpec):
   # Under jit, so that a user's eager shard_map can run it (JAX has no eager
   # symbolic-zeros custom_vjp inside shard_map).
   return jax.jit(op)
+
+
+def _fuses(spec: BlockSpec, need, block: Block, row_thr) -> bool:
+  """Whether the block's gradient comes from its forward (``Backend.fwd_grad``): a
+  ``local`` reduction (its coefficients read no statistic, so the gradient for a unit
+  cotangent on every row can be formed before the cotangent is known), one device,
+  both towers training, where the backend offers it. The families whose blocks take
+  this path give every kept row the same cotangent (``_scaled``)."""
+  return (spec.reduction.local and spec.axis_name is None and row_thr is None
+          and need.x and need.y and block.x_tab is None
+          and spec.backend.fuses(block.x, block.y, spec))
+
+
+def _scaled(need, block: Block, scale, unit, g_row):
+  """The op's cotangents from ``fwd_grad``'s unit-cotangent gradients ``unit`` =
+  (dx, cs, dy, csum): each is linear in the rows' cotangents, which are one value g
+  over the kept rows (a removed row's coefficients are zeros), so it is g times the
+  unit one. A cotangent that differs between kept rows gives NaN gradients, not wrong
+  ones."""
+  dx, cs, dy, csum = unit
+  g = g_row.astype(dx.dtype)
+  kept = jnp.ones(g.shape, bool) if block.x_mask is None else block.x_mask
+  g0 = jnp.max(jnp.where(kept, g, -jnp.inf))
+  g0 = jnp.where(jnp.all(jnp.where(kept, g == g0, True)), g0, jnp.nan)
+  g0 = jnp.where(jnp.any(kept), g0, 0.0)
+  dscale = (g0 * jnp.sum(cs)).astype(jnp.result_type(scale)) if need.scale else None
+  dbias = (g0 * jnp.sum(csum)).astype(block.bias.dtype) if need.bias else None
+  return ((g0 * dx).astype(block.x.dtype), (g0 * dy).astype(block.y.dtype), dscale, None,
+          None, None, None, None, dbias)

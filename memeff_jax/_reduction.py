@@ -41,6 +41,8 @@ class Reduction(Protocol):
   name: str     # the op's profile scope: memeff/block_<name>
   empty: float  # the statistic of no kept entry: the merge's identity (ring accumulators)
   biased: bool  # whether the block op takes a logit bias (added before tile / coefficient)
+  local: bool   # whether ``coefficient`` reads g and z only (not the statistic): the
+                # gradient can then be formed in the forward pass (``_core``)
 
   def tile(self, z: jax.Array, keep: jax.Array, axis: int = -1) -> jax.Array:
     """The statistic of one tile: over the kept entries of ``z`` along ``axis``
@@ -71,6 +73,7 @@ class Softmax:
   name: ClassVar[str] = "lse"
   empty: ClassVar[float] = -math.inf
   biased: ClassVar[bool] = False
+  local: ClassVar[bool] = False
 
   def tile(self, z, keep, axis=-1):
     return masked_lse(z, keep, axis=axis)
@@ -99,6 +102,7 @@ class Sigmoid:
   name: ClassVar[str] = "sigmoid"
   empty: ClassVar[float] = 0.0
   biased: ClassVar[bool] = True
+  local: ClassVar[bool] = True
 
   def tile(self, z, keep, axis=-1):
     return jnp.sum(jnp.where(keep, jax.nn.softplus(jnp.where(keep, z, 0.0)), 0.0), axis=axis)

@@ -172,13 +172,14 @@ def backward(spec, need: Need, block: Block, scale, row, col):
 
   dy_dtype = glue_dtype(y.dtype) if wide else y.dtype
   # Both towers from one set of coefficients, where the backend can (tiled slabs).
-  paired = want_x and want_y and block.bias is None and be.pairs(x, y, spec)
+  paired = want_x and want_y and be.pairs(x, y, spec)
 
   def grads(visiting, col_vis, src):   # (dx, sx, dy, sy, ux, uy) of one block
     hop = _visit(block, visiting, (me * n, src * m))
-    if paired:   # (a biased block is never paired: bwd_pair returns no sums of c)
-      return tuple(be.bwd_pair(hop, scale, row=row, col=col_vis, spec=spec,
-                               want_cs=(cs_x, cs_y), out_dtype=(acc, dy_dtype))) + (None, None)
+    if paired:   # (the rows' sums of c come from the x side: c1_y is False)
+      out = tuple(be.bwd_pair(hop, scale, row=row, col=col_vis, spec=spec,
+                              want_cs=(cs_x, cs_y), out_dtype=(acc, dy_dtype)))
+      return out[:4] + ((out[4] if c1_x else None), None)
     none = (None, None, None)
     gx = none if not want_x else _bwd3(be.bwd(   # rows of x: dx, sum_j c_ij s_ij (and c_ij)
         hop, scale, row=row, col=col_vis, spec=spec, want_cs=cs_x, out_dtype=acc), c1_x)

@@ -40,14 +40,14 @@ def test_every_backend_meets_the_protocol(which):
   assert isinstance(be, backends.Backend)
   hash(be)   # BlockSpec holds it and keys the cached custom_vjp
   inner = getattr(be, "inner", be)
-  for name in ("fwd_stats", "bwd", "bwd_pair"):   # the keywords _core and ring pass
+  for name in ("fwd_stats", "bwd", "bwd_pair", "fwd_grad"):   # the keywords _core passes
     assert _keywords(getattr(type(inner), name)) == _keywords(getattr(backends.Backend, name))
   assert be.name == (which if which != "triton_class" else "triton")
 
 
 def test_protocol_methods_take_few_parameters():
   # A block's traced operands travel as one backends.Block (issue 35: <= ~8 parameters).
-  for name in ("default_config", "fwd_floor", "pairs") + base.LAUNCHING:
+  for name in ("default_config", "fwd_floor", "pairs", "fuses") + base.LAUNCHING:
     assert len(_keywords(getattr(backends.Backend, name))) <= 7, name
   for name in base.LAUNCHING:
     assert list(inspect.signature(getattr(backends.Backend, name)).parameters)[1] == "block"
@@ -84,12 +84,12 @@ def test_backend_names_live_in_the_registry():
 
 
 def test_guard_wraps_the_launching_methods_read_off_the_protocol():
-  assert set(base.LAUNCHING) == {"fwd_stats", "bwd", "bwd_pair"}
+  assert set(base.LAUNCHING) == {"fwd_stats", "bwd", "bwd_pair", "fwd_grad"}
   guarded = backends.resolve("interpret")
   assert isinstance(guarded, base.FirstOrderOnly)
   for name in base.LAUNCHING:   # the guard's own methods
     assert name in vars(base.FirstOrderOnly)
-  for name in ("default_config", "fwd_floor", "pairs"):   # the inner backend's
+  for name in ("default_config", "fwd_floor", "pairs", "fuses"):   # the inner backend's
     assert name not in vars(base.FirstOrderOnly)
   assert guarded.default_config(16, jnp.float32) == guarded.inner.default_config(16,
                                                                                  jnp.float32)

@@ -38,6 +38,7 @@ class Sigmoid:
   name: ClassVar[str] = "sigmoid"
   empty: ClassVar[float] = 0.0
   biased: ClassVar[bool] = False   # (its bias is static, part of the reduction)
+  local: ClassVar[bool] = True     # (no backend here fuses: the generic gradient runs)
 
   def tile(self, z, keep, axis=-1):
     return jnp.sum(jnp.where(keep, jax.nn.log_sigmoid(-(z + self.bias)), 0.0), axis=axis)
@@ -73,6 +74,9 @@ class Tiles:
     return None
 
   def pairs(self, x, y, spec):
+    return False
+
+  def fuses(self, x, y, spec):
     return False
 
   def fwd_stats(self, block, scale, *, row_thr, spec, bounded=False):

@@ -85,10 +85,12 @@ def test_low_precision_against_the_float64_reference(backend, dtype):
 
 
 @pytest.mark.parametrize("path,option", [("tiled", None), ("partials", "dims"),
-                                         ("paired", "where"), ("tiled", "dims+where")])
+                                         ("paired", "where"), ("paired", None),
+                                         ("tiled", "dims+where"), ("tiled_paired", "dims")])
 def test_kernels_under_the_interpreter(path, option):
-  # The Triton kernels' sigmoid epilogues (tiled forward; FlashAttention-shaped, tiled
-  # and Matryoshka gradients) on tiles small enough for several per block, fp32
+  # The Triton kernels' sigmoid epilogues (tiled forward; FlashAttention-shaped, tiled,
+  # paired and Matryoshka gradients; paired plain blocks compute the gradient in the
+  # forward pass, _core._fuses) on tiles small enough for several per block, fp32
   # against the float64 formula on the same inputs: value and the gradients of x, y,
   # t and b within tests.support.tolerances.FP32.
   b, d = 45, 40
@@ -116,6 +118,40 @@ def test_kernels_under_the_interpreter(path, option):
   for i, (a, c) in enumerate(zip(got[1], g0)):
     err = float(jnp.max(jnp.abs(a - c)) / jnp.max(jnp.abs(c)))
     assert err <= FP32[1], (f"gradient {i}", err)
+
+
+def test_the_gradient_from_the_forward_takes_one_cotangent_over_the_kept_rows():
+  # A plain sigmoid block whose towers both train, on the paired gradient, computes its
+  # gradient in the forward pass for a unit cotangent on every row and scales it in the
+  # backward (_core._scaled): for a cotangent that is one value over the kept rows (any
+  # value on the removed ones: the families' case) it equals the blockwise backend's
+  # gradient (FP32); for any other it is NaN, not a wrong number.
+  from memeff_jax import _core, backends   # pylint: disable=g-import-not-at-top
+  from memeff_jax._reduction import SIGMOID   # pylint: disable=g-import-not-at-top
+  b, d = 40, 24
+  x64, y64 = _data(5, b, d)
+  x, y = (v / jnp.linalg.norm(v, axis=1, keepdims=True) for v in (x64, y64))
+  x, y = x.astype(jnp.float32), y.astype(jnp.float32)
+  keep = np.random.default_rng(5).uniform(size=b) > 0.25
+  cfg = kernel_path_config("paired", d, jnp.float32)
+  spec = lambda name: _core.BlockSpec(backend=backends.resolve(name), exclude_self=True,
+                                      reduction=SIGMOID, config=cfg)
+  assert spec("interpret").backend.fuses(x, y, spec("interpret"))
+
+  def grads(name, w):
+    def f(x, y, scale, bias):
+      r = _core.block_stats(x, y, scale, x_mask=keep, y_mask=keep, bias=bias,
+                            spec=spec(name))[0]
+      return jnp.sum(jnp.asarray(w, jnp.float32) * r)
+    with jax.enable_x64(False):
+      return jax.grad(f, argnums=(0, 1, 2, 3))(x, y, jnp.float32(3.0), jnp.float32(-1.5))
+
+  one = np.where(keep, 0.25, 7.0)
+  for got, want in zip(grads("interpret", one), grads("blockwise", one)):
+    err = float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
+    assert err <= FP32[1], err
+  for g in grads("interpret", np.where(keep, np.linspace(0.1, 1.0, b), 7.0)):
+    assert bool(jnp.all(jnp.isnan(g)))
 
 
 def test_stable_scales_every_gradient_by_sqrt_bt():

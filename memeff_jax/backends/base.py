@@ -6,6 +6,7 @@ ring calls it once per hop, §9), on the block's traced operands (``Block``) and
 static options (``_core.BlockSpec``):
 ``fwd_stats`` the row (and column) log-sum-exps and maxima, ``bwd`` the rows'
 gradient from them, ``bwd_pair`` both towers' from one pass where ``pairs`` says so,
+``fwd_grad`` the statistics and that gradient at once where ``fuses`` says so,
 ``fwd_floor`` the lse above which a bounded forward is exact (None: exact only), and
 ``default_config`` the ``KernelConfig`` a call with ``config=None`` gets. The
 methods marked ``@launches`` run kernels; ``first_order_only`` wraps exactly those.
@@ -59,6 +60,17 @@ class Block(NamedTuple):
                  self.offsets[::-1], self.bias)
 
 
+class Side(NamedTuple):
+  """One role's (rows' or columns') statistics for the gradient pass: the statistic as
+  ``reduction.residual`` gives it (the softmax: log-normalizers with -inf replaced by
+  +inf, so a fully masked softmax contributes exact zeros), cotangents, and thresholds
+  (or None)."""
+
+  lse: jax.Array                # the residual statistic (named for the softmax's)
+  g: jax.Array
+  thr: jax.Array | None
+
+
 @runtime_checkable
 class Backend(Protocol):
   """One block's statistics and gradient; see ``_core`` for the contract (shapes,
@@ -86,13 +98,25 @@ class Backend(Protocol):
   @launches
   def bwd(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:
     """``(dx, cs)``: the rows' gradient and (want_cs) their sums ``sum_j c_ij s_ij``,
-    from the rows' and columns' ``_core.Side`` statistics (either may be None); with a
+    from the rows' and columns' ``Side`` statistics (either may be None); with a
     ``block.bias``, ``(dx, cs, csum)``, csum the rows' sums ``sum_j c_ij``."""
+
+  def fuses(self, x, y, spec) -> bool:
+    """Whether ``fwd_grad`` serves this block (``_core`` asks where the reduction is
+    ``local``, on one device, with both towers training)."""
+
+  @launches
+  def fwd_grad(self, block: Block, scale, *, spec, want_cs) -> tuple:
+    """``(lse_row, max_row, dx, cs, dy, csum)``: ``fwd_stats``'s row statistics and, from
+    the same tiles, ``bwd_pair``'s gradients of both towers for a unit cotangent on
+    every row, fp32 (cs where ``want_cs``, else None; csum: a biased block's rows' sums
+    of c, else None)."""
 
   @launches
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:
     """``(dx, cs_x, dy, cs_y)`` from one set of coefficients; ``want_cs`` and
-    ``out_dtype`` are pairs (x, y)."""
+    ``out_dtype`` are pairs (x, y); with a ``block.bias``, ``(dx, cs_x, dy, cs_y,
+    csum)``, csum the rows' sums ``sum_j c_ij``."""
 
 
 @runtime_checkable

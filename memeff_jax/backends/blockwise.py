@@ -137,6 +137,12 @@ class BlockwiseBackend:
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     raise NotImplementedError("the blockwise backend has no paired gradient (pairs is False)")
 
+  def fuses(self, x, y, spec) -> bool:   # the gradient from the saved statistics only
+    return False
+
+  def fwd_grad(self, block: Block, scale, *, spec, want_cs):
+    raise NotImplementedError("the blockwise backend has no fused gradient (fuses is False)")
+
   def _tile(self, spec) -> int:
     return self.tile if self.tile is not None else _config(spec).blockwise.tile
 

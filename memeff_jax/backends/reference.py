@@ -47,6 +47,12 @@ class ReferenceBackend:
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     raise NotImplementedError("backend='reference' has no paired gradient (pairs is False)")
 
+  def fuses(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
+    return False
+
+  def fwd_grad(self, block: Block, scale, *, spec, want_cs):
+    raise NotImplementedError("backend='reference' has no fused gradient (fuses is False)")
+
   def dense_loss(self, oracle: Callable, arrays, *, dims, weights, axis_name, **options):
     """``(loss, stats)`` of the family's dense ``*_with_stats`` ``oracle`` on the
     validated ``arrays``: ``options`` are its keywords (``normalized_inputs``,

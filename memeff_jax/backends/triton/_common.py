@@ -101,9 +101,19 @@ def softplus(u):
   """log(1 + e^u) to fp32 rounding for every u, 0 at -inf (a dropped entry):
   max(u, 0) + log1p(e^-|u|), log1p by Goldberg's correction (log(w) (e / (w - 1)) with
   w = 1 + e; Triton has no log1p, and log(1 + e) alone loses e's digits)."""
+  return sigmoid_softplus(u)[1]
+
+
+@triton.jit
+def sigmoid_softplus(u):
+  """``(sigmoid(u), softplus(u))`` from one exponential e = e^-|u|: the sigmoid is
+  1 / (1 + e) for u >= 0 and e / (1 + e) below (no cancellation either way), the
+  softplus as ``softplus`` says; both 0 at u = -inf."""
   e = tl.exp(-tl.abs(u))
   w = 1.0 + e
-  return tl.maximum(u, 0.0) + tl.where(w == 1.0, e, tl.log(w) * (e / (w - 1.0)))
+  r = 1.0 / w
+  sig = tl.where(u >= 0.0, r, e * r)
+  return sig, tl.maximum(u, 0.0) + tl.where(w == 1.0, e, tl.log(w) * (e / (w - 1.0)))
 
 
 @triton.jit

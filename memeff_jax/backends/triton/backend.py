@@ -3,8 +3,8 @@ each block's launches follow.
 
 A block's plan (its configs and Matryoshka ladder) is resolved once per distinct
 (user config, dims, feature size, dtype, GPU) by ``resolve_plan`` and shared by the
-five methods that launch or decide for the block (``fwd_floor``, ``fwd_stats``,
-``pairs``, ``bwd``, ``bwd_pair``).
+methods that launch or decide for the block (``fwd_floor``, ``fwd_stats``, ``pairs``,
+``bwd``, ``bwd_pair``, ``fuses``, ``fwd_grad``).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from memeff_jax.backends.base import Block
+from memeff_jax.backends.base import Block, Side
 from memeff_jax.backends.triton.backward import lse_bwd
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
@@ -149,24 +149,57 @@ class TritonBackend:
 
   def pairs(self, x, y, spec) -> bool:
     """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
-    return spec.reduction.name == _SOFTMAX and self.plan(spec, x).pairs(y.shape[0])
+    return self.plan(spec, x).pairs(y.shape[0])
+
+  def fuses(self, x, y, spec) -> bool:
+    """Whether ``fwd_grad`` serves this block: a plain one-sided sigmoid block that
+    ``bwd_pair`` would serve, or any such block of 16-bit inputs under the default
+    config (whatever its batch: one coefficient pass instead of three, for slabs
+    within the slab budget; docs/benchmarks.md, SigLIP)."""
+    if not (spec.reduction.name == "sigmoid" and spec.dims is None and not spec.two_sided
+            and not spec.symmetric):
+      return False
+    p = self.plan(spec, x)
+    return p.pairs(y.shape[0]) or (not p.user_tiles and jnp.dtype(x.dtype).itemsize == 2)
+
+  def fwd_grad(self, block: Block, scale, *, spec, want_cs):
+    """``fwd_stats``'s row statistics and ``bwd_pair``'s gradients for unit row
+    cotangents from one set of coefficient slabs (the tiled gradient kernel's FWD
+    epilogue): ``(lse_row, max_row, dx, cs, dy, csum)``, fp32."""
+    x, y = block.x, block.y
+    n, f32 = x.shape[0], jnp.float32
+    unit = Side(jnp.zeros((n,), f32), jnp.ones((n,), f32), None)
+    p = self.plan(spec, x)
+    cfg = p.paired
+    if not p.user_tiles:
+      # The epilogue keeps more of the tile live than the softmax's (and c s for a
+      # learned temperature): at most 32 entries a thread. With 64 x 128 and 4 warps it
+      # spilled (B = 65536, D = 512, learned t and b: 70.8 ms; fixed ones 43.5; 8 warps
+      # 39.9, benchmarks/results/h200_siglip_slabs.csv).
+      warps = max(cfg.bwd.num_warps, cfg.bwd.block_m * cfg.bwd.block_n // 1024)
+      cfg = cfg.evolve(bwd=dict(num_warps=warps))
+    dx, cs, dy, _, csum, lse_row, max_row = lse_bwd(
+        x, y, scale, block.offsets, unit, None, _bias(spec, block),
+        exclude_self=spec.exclude_self, want_cs=want_cs, out_dtype=f32, config=cfg,
+        interpret=self.interpret, masks=block.masks, pair=(False, f32), fwd=True)
+    return lse_row, max_row, dx, cs, dy, csum
 
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of
     y (the transposed block): ``(dx, cs_x, dy, cs_y)``; ``want_cs`` and ``out_dtype``
-    are pairs (x, y)."""
+    are pairs (x, y); a biased block's also ``csum``, the rows' sums of c."""
     x, y = block.x, block.y
     p = self.plan(spec, x)
     prefix = None if p.ladder is None else (block.x_tab, block.y_tab, p.ladder)
     if prefix is not None:
       x, y = p.ladder.pad(x), p.ladder.pad(y)
-    dx, cs, dy, cs_col = lse_bwd(
-        x, y, scale, block.offsets, row, col, exclude_self=spec.exclude_self,
+    out = lse_bwd(
+        x, y, scale, block.offsets, row, col, _bias(spec, block), exclude_self=spec.exclude_self,
         want_cs=want_cs[0], out_dtype=out_dtype[0], config=p.paired, interpret=self.interpret,
         prefix=prefix, masks=block.masks, pair=(want_cs[1], out_dtype[1]))
     if prefix is not None:
-      dx, dy = p.ladder.unpad(dx), p.ladder.unpad(dy)
-    return dx, cs, dy, cs_col
+      out = (p.ladder.unpad(out[0]), out[1], p.ladder.unpad(out[2])) + tuple(out[3:])
+    return out
 
 
 def _bias(spec, block: Block):

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from memeff_jax import _compat
-from memeff_jax.backends.triton.call import (LOG2E, bias_args, call, cdiv, chunks,
+from memeff_jax.backends.triton.call import (LN2, LOG2E, bias_args, call, cdiv, chunks,
                                              dot_precision, offsets as stack_offsets,
                                              prefix_args, slab_loop, slab_rows, splits)
 from memeff_jax.backends.triton.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
@@ -32,7 +32,8 @@ class BwdCall:
   and the returned sums are then [K, rows]. masks: as for lse_fwd. pair: None, or the
   columns' ``(want_cs, out_dtype)``: then also the columns' gradient
   ``scale * sum_i c_ij x_i`` and sums ``sum_i c_ij s_ij`` from the same coefficient
-  slabs (tiled kernel only)."""
+  slabs (tiled kernel only). fwd (a plain one-sided sigmoid block, paired): the
+  forward's statistics from the same tiles too (``fwd_grad``)."""
 
   exclude_self: bool
   want_cs: bool
@@ -42,6 +43,7 @@ class BwdCall:
   prefix: Any = None
   masks: Any = None
   pair: Any = None
+  fwd: bool = False
 
   def options(self) -> dict:
     """The fields as keywords (a launcher's ``**options``)."""
@@ -69,9 +71,9 @@ class Coefs:
 def lse_bwd(x, y, scale, offsets, row, col, bias=None, **options):
   """``(scale * sum_j c_ij y_j, sum_j c_ij s_ij or None)`` for the rows of x (grad_bwd);
   paired: ``(dx, cs, dy, cs_col)``. With a ``bias`` (the pairwise sigmoid's
-  coefficients), ``(dx, cs, sum_j c_ij)``. ``options``: the fields of ``BwdCall``."""
+  coefficients), each also ends with the rows' ``sum_j c_ij``. ``options``: the fields
+  of ``BwdCall``."""
   c = BwdCall(**options)
-  assert bias is None or c.pair is None, "a sigmoid block is not paired"
   f32 = jnp.float32
   g_max = jnp.zeros((), f32)
   for side in (row, col):
@@ -213,11 +215,12 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   # Both roles: one exponential per entry, on a shift each tile picks (TILE_SHIFT).
   tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
   tile_flags["TILE_SHIFT"] = flags["HAS_ROW"] and flags["HAS_COL"]
+  tile_flags["FWD"] = c.fwd
   f32 = jnp.float32
-  out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype),
-                jax.ShapeDtypeStruct((k, col_tiles, rows) if want_cs else (1,), f32),
+  per_row = lambda want: jax.ShapeDtypeStruct((k, col_tiles, rows) if want else (1,), f32)
+  out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype), per_row(want_cs),
                 jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32),
-                jax.ShapeDtypeStruct((k, col_tiles, rows) if sigmoid else (1,), f32)]
+                per_row(sigmoid), per_row(c.fwd), per_row(c.fwd)]
   precision = dot_precision(config, c_dtype)
   y_dot = y.astype(c_dtype)
   padded = cdiv(n, rows) * rows
@@ -230,8 +233,8 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
                                                   preferred_element_type=f32)
 
   def body(r0, carry):
-    dx, cs, dy, cs_col, c1 = carry
-    coef, cs_part, cs_col_part, c1_part = call(
+    dx, cs, dy, cs_col, c1, sp, mx = carry
+    coef, cs_part, cs_col_part, c1_part, sp_part, mx_part = call(
         _tile_coef_bwd_kernel, x, y, scal[::3], stack_offsets(offsets, r0), *side_stats,
         x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
@@ -251,17 +254,22 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
       cs_col = cs_col + jnp.sum(cs_col_part, axis=1) * g_max
     if sigmoid:
       c1 = jax.lax.dynamic_update_slice(c1, jnp.sum(c1_part, axis=1) * g_max, (0, r0))
-    return dx, cs, dy, cs_col, c1
+    if c.fwd:   # (natural units, as lse_fwd gives them)
+      sp = jax.lax.dynamic_update_slice(sp, jnp.sum(sp_part, axis=1), (0, r0))
+      mx = jax.lax.dynamic_update_slice(mx, jnp.max(mx_part, axis=1) * LN2, (0, r0))
+    return dx, cs, dy, cs_col, c1, sp, mx
 
+  per_row = lambda want: jnp.zeros((k, padded), f32) if want else None
   init = _compat.vary_like(
-      (jnp.zeros((padded, d), c.out_dtype), jnp.zeros((k, padded), f32) if want_cs else None,
+      (jnp.zeros((padded, d), c.out_dtype), per_row(want_cs),
        jnp.zeros((m, d), f32) if pair is not None else None,
-       jnp.zeros((k, m), f32) if want_cs_col else None,
-       jnp.zeros((k, padded), f32) if sigmoid else None),
+       jnp.zeros((k, m), f32) if want_cs_col else None, per_row(sigmoid), per_row(c.fwd),
+       per_row(c.fwd)),
       x, y, scale, *offsets, *side_stats, xb, yb, scal)
-  dx, cs, dy, cs_col, c1 = slab_loop(n, rows, body, init)
+  dx, cs, dy, cs_col, c1, sp, mx = slab_loop(n, rows, body, init)
   unk = lambda v, cut: v[0, :cut] if prefix is None else v[:, :cut]
   dx, cs = dx[:n], (unk(cs, n) if want_cs else None)
-  if pair is None:
-    return (dx, cs) + ((unk(c1, n),) if sigmoid else ())
-  return dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None)
+  out = (dx, cs) if pair is None else (
+      dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None))
+  out += (unk(c1, n),) if sigmoid else ()
+  return out + ((unk(sp, n), unk(mx, n)) if c.fwd else ())

@@ -11,8 +11,9 @@ each slab into the gradient with an XLA dot. Both share ``_common.coefficient``.
 import triton
 import triton.language as tl
 
-from memeff_jax.backends.triton._common import (coefficient, load_tile, row_stats, similarity,
-                                                tile_origin, tile_similarity)
+from memeff_jax.backends.triton._common import (coefficient, drop_pairs, load_bias, load_tile,
+                                                logits, row_stats, sigmoid_softplus,
+                                                similarity, tile_origin, tile_similarity)
 
 
 @triton.jit
@@ -228,6 +229,8 @@ def _tile_coef_bwd_kernel(
     cs_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij s^k_ij / g_max
     cs_col_ptr,                # [K, R / BLOCK_M, m] fp32: per-tile sum_i c^k_ij s^k_ij / g_max
     c1_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij / g_max (SIGMOID)
+    sp_ptr, mx_ptr,            # [column tiles, R] fp32: per-tile sum_j softplus(z_ij + b) and
+                               # max_j z_ij (log2 units), kept entries (FWD)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
@@ -235,6 +238,7 @@ def _tile_coef_bwd_kernel(
     WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
     K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
     TILE_SHIFT: tl.constexpr, SPAN: tl.constexpr, SIGMOID: tl.constexpr,
+    FWD: tl.constexpr = False,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -256,8 +260,14 @@ def _tile_coef_bwd_kernel(
   subtracting the tails for a doubling ladder, and exactly the forward's sums: a
   difference full - tail would lose digits that the prefix tables, ~ D / m_k,
   amplify). SIGMOID: the pairwise sigmoid's coefficients, and their per-tile row sums.
+
+  FWD (a plain one-sided sigmoid block): the forward's statistics from the same tiles,
+  the per-tile sums of softplus(z + b) and maxima of z (``_tile_lse_fwd_kernel``'s),
+  with sigmoid(z + b) from the same exponential (``sigmoid_softplus``): the gradient
+  for the row cotangents g_r computed in the forward pass (``fwd_grad``).
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
+  tl.static_assert(not FWD or (SIGMOID and K == 1 and HAS_ROW and not HAS_COL and not ROW_THR))
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
   sbias = tl.load(scal_ptr + 1)
@@ -278,12 +288,22 @@ def _tile_coef_bwd_kernel(
       s = s * a[:, None] * b[None, :]
     lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
                                   in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-    coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                       lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xb_ptr, yb_ptr,
-                       BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF,
-                       HAS_MASK, False, TILE_SHIFT, SPAN, SIGMOID, sbias)
-    if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
-      coef = tl.where(in_rows[:, None], coef, 0.0)
+    if FWD:   # z as the forward takes it, removed rows dropped too (their c must be 0)
+      z = logits(s, scale2, load_bias(xb_ptr, rows, HAS_MASK), load_bias(yb_ptr, cols, HAS_MASK),
+                 HAS_MASK, True)
+      z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M,
+                     BLOCK_N, EXCLUDE_SELF)
+      if row0 + BLOCK_M > n:
+        z = tl.where(in_rows[:, None], z, float("-inf"))
+      sig, sp = sigmoid_softplus(z * 0.6931471805599453 + sbias)
+      coef = g_r[:, None] * sig
+    else:
+      coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
+                         lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xb_ptr,
+                         yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                         EXCLUDE_SELF, HAS_MASK, False, TILE_SHIFT, SPAN, SIGMOID, sbias)
+      if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
+        coef = tl.where(in_rows[:, None], coef, 0.0)
     if HAS_TAB:
       coef_ab = coef * a[:, None] * b[None, :]
     else:
@@ -299,6 +319,9 @@ def _tile_coef_bwd_kernel(
       tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))
     if SIGMOID:
       tl.store(c1_ptr + cs_base + local, tl.sum(coef, 1))
+    if FWD:
+      tl.store(sp_ptr + cs_base + local, tl.sum(sp, 1))
+      tl.store(mx_ptr + cs_base + local, tl.max(z, 1))
     if WANT_CS_COL:   # rows past n have coef 0
       col_base = (k * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * m
       tl.store(cs_col_ptr + col_base + cols, tl.sum(coef * s, 0), mask=cols < m)
