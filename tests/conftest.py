@@ -11,6 +11,13 @@ if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
 HAS_GPU = os.path.exists("/dev/nvidia0") or os.environ.get("MEMEFF_TEST_GPU") == "1"
 if not HAS_GPU:
   os.environ.setdefault("TRITON_INTERPRET", "1")
+  # The CPU tests run tiny arrays, and compiling is most of their time: XLA's LLVM
+  # passes at their lowest level nearly halve it (four blockwise cases of test_qwen3,
+  # test_clip_lit and test_matryoshka: 49 -> 27 s) and change no tolerance (every test
+  # compares against an independent reference).
+  if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += (" --xla_backend_optimization_level=0"
+                                " --xla_llvm_disable_expensive_passes=true")
 else:   # several pytest processes (pytest-xdist) share the GPU
   os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
   # The tests time nothing: XLA's GEMM autotuning (dozens of compiled variants per dot of

@@ -19,15 +19,16 @@ BS, DS = [1, 7, 129, 1000], [1, 16, 40, 72, 384]
 SHAPES = list(itertools.product(BS, DS))
 
 
-# By default a checkerboard half of the product: every (loss, dtype, shape) runs on one
-# of the two backends, each backend sees every batch and feature size. The interpreter
-# at b = 1000 (8-35 s a case on CPU) runs two of its twenty cases; the rest are slow.
+# By default a checkerboard quarter of the product, in which each loss, backend and dtype
+# sees every batch and feature size. The interpreter at b = 1000 (8-35 s a case on CPU)
+# runs two of its twenty cases; the rest are slow.
 @pytest.mark.parametrize("loss,backend,dtype,b,d", sampled(
     [(loss, be, dt, b, d) for loss, be, dt, (b, d) in
      itertools.product(LOSSES, BACKENDS, DTYPES, SHAPES)],
     lambda i, c: c[0::2] in (("clip", jnp.float32, 384), ("lit", jnp.bfloat16, 16)) if (
         c[1] == "interpret" and c[3] == 1000) else checkerboard(
-            (c[0], LOSSES), (c[1], BACKENDS), (c[2], DTYPES), (c[3], BS), (c[4], DS))))
+            (c[0], LOSSES), (c[1], BACKENDS), (c[2], DTYPES), (c[3], BS), (c[4], DS),
+            mod=4)))
 def test_shapes(loss, backend, dtype, b, d):
   fn, ref = LOSSES[loss]
   x, y = features(b * 1000 + d, [(b, d), (b, d)], dtype)
@@ -65,12 +66,13 @@ def _options(opts, b):
   return opts
 
 
-# Every option on blockwise; on the interpreter every option at b = 7 and a third at
-# b = 129 (the rest: slow).
+# Every option on blockwise at b = 129 and half of them at b = 7; on the interpreter
+# every option at b = 7 and a sixth at b = 129 (the rest: slow).
 @pytest.mark.parametrize("loss,backend,option,b,d", sampled(
     [(loss, be, opt, b, d) for loss, be, opt, (b, d) in
      itertools.product(LOSSES, BACKENDS, OPTIONS, [(7, 16), (129, 72)])],
-    lambda i, c: c[1] == "blockwise" or c[3] == 7 or i % 3 == 0))
+    lambda i, c: (c[3] == 129 or i % 2 == 0) if c[1] == "blockwise" else (
+        c[3] == 7 or i % 6 == 0)))
 def test_options(loss, backend, option, b, d):
   fn, ref = LOSSES[loss]
   opts = _options(OPTIONS[option], b)
@@ -141,10 +143,16 @@ def test_stable_factor(backend):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
 
 
-@pytest.mark.parametrize("path", ["partials", "col_pass", "tiled", "tiled_paired", "paired"])
-@pytest.mark.parametrize("loss", list(LOSSES))
-@pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("b,d", [(1, 16), (150, 40)])
+_PATHS = ("partials", "col_pass", "tiled", "tiled_paired", "paired")
+_PATH_SHAPES = ((1, 16), (150, 40))
+
+
+# By default a checkerboard half: each path on both losses, dtypes and shapes.
+@pytest.mark.parametrize("path,loss,dtype,b,d", sampled(
+    [(p, loss, dt, b, d) for p, loss, dt, (b, d) in
+     itertools.product(_PATHS, LOSSES, DTYPES, _PATH_SHAPES)],
+    lambda i, c: checkerboard((c[0], _PATHS), (c[1], list(LOSSES)), (c[2], DTYPES),
+                              (c[3:], _PATH_SHAPES))))
 def test_kernel_paths(path, loss, dtype, b, d):
   # Column log-normalizers from per-program partials, from a second row pass over the
   # swapped block, or from tiled slabs (row and column partials of each GEMM tile,

@@ -15,7 +15,7 @@ import pytest
 import memeff_jax as mj
 from memeff_jax import KernelConfig
 from memeff_jax.config import Algorithm
-from tests.support.check import jaxpr_eqns
+from tests.support.check import checkerboard, jaxpr_eqns, sampled
 from tests.support.data import features, qwen3_batch
 from tests.support.families import BACKENDS, FAMILIES
 
@@ -43,10 +43,14 @@ def _run(family, backend, **kw):
       *arrays)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("family", ["clip", "qwen3"])
-@pytest.mark.parametrize("per_dim,base", [(True, "bare"), (True, "default"),
-                                          (False, "default")])
+_SPELLINGS = ((True, "bare"), (True, "default"), (False, "default"))
+
+
+# By default a checkerboard half: each spelling on both families and both backends.
+@pytest.mark.parametrize("backend,family,per_dim,base", sampled(
+    [(be, f, p, b) for be in BACKENDS for f in ("clip", "qwen3") for p, b in _SPELLINGS],
+    lambda i, c: checkerboard((c[0], BACKENDS), (c[1], ("clip", "qwen3")),
+                              (c[2:], _SPELLINGS))))
 def test_keyword_equals_the_config_spelling_bit_for_bit(backend, family, per_dim, base):
   # bare: KernelConfig(algorithm=Algorithm(matryoshka_per_dim=...)) against the keyword
   # with KernelConfig() (the same tiles); default: the backend's default config with the

@@ -68,17 +68,19 @@ def _mesh(n):
   return Mesh(np.array(jax.devices()[:n]), ("batch",))
 
 
-# By default: every case on 2 and 8 devices with blockwise (on 1 and 4 only half of
-# them, _SAMPLE), the interpreter (slow) on 8 devices the other half and two cases on
-# 1, 2 and 4. The rest (blockwise's other cases on 1 and 4, the interpreter's): slow.
+# By default: every case on 2 devices with blockwise, half of them on 8 (those not in
+# _SAMPLE), two on 1 and two on 4; the interpreter on 8 devices for two cases, on 1, 2
+# and 4 for one. The rest: slow.
 _SAMPLE = ("clip", "lit", "qwen3", "qwen3_plain")
+_DEFAULT = {("blockwise", 1): ("clip", "qwen3"), ("blockwise", 4): ("lit", "qwen3_plain"),
+            ("interpret", 8): ("clip_tau_rows", "lit_qwen3"), ("interpret", 4): ("clip",),
+            ("interpret", 2): ("clip",), ("interpret", 1): ("qwen3",)}
 RING_PARAMS = sampled(
     [("blockwise", n, c) for n in (1, 2, 4, 8) for c in CASES] +
     [("interpret", n, c) for n in (4, 8) for c in CASES] +
     [("interpret", n, c) for n in (1, 2) for c in ("clip", "qwen3")],
-    lambda i, p: {("blockwise", 1): p[2] in _SAMPLE, ("blockwise", 4): p[2] in _SAMPLE,
-                  ("interpret", 4): p[2] in ("clip", "qwen3"),
-                  ("interpret", 8): p[2] not in _SAMPLE}.get(p[:2], True))
+    lambda i, p: (p[1] == 2 or (p[1] == 8 and p[2] not in _SAMPLE)) if p[0] == "blockwise"
+    and p[1] in (2, 8) else p[2] in _DEFAULT[p[:2]])
 
 
 @pytest.mark.parametrize("backend,n_dev,case", RING_PARAMS)
