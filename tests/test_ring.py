@@ -57,11 +57,16 @@ def _single(fn, arrays, kw):
 
 
 def _assert_same(got, want):
+  # Both sides are fp32 sums in different orders. The temperature's gradient cancels
+  # (sum_ij c_ij s_ij): compiled at XLA's lowest CPU optimization level
+  # (tests/conftest.py), one device's is 3.1e-5 from float64 for qwen3_plain, the
+  # ring's 2.8e-6.
   (v, g), (rv, rg) = got, want
   assert rel_err(v, rv) <= 2e-6, (float(v), float(rv))
   for a, b in zip(g, rg):
     assert a.shape == b.shape
-    assert grad_err(a, b) <= 2e-5, grad_err(a, b)
+    tol = 6e-5 if a.ndim == 0 else 2e-5
+    assert grad_err(a, b) <= tol, grad_err(a, b)
 
 
 def _mesh(n):

@@ -59,8 +59,8 @@ class BwdCall:
 class Coefs:
   """One form of the side statistics as the kernels read them: the flattened
   (lse2, g, thr) of the rows and of the columns, the constexpr ``flags``, the scalars
-  ``scal`` = (scale log2(e), scale g_max, g_max) and ``g_max`` (cotangents are
-  divided by it)."""
+  ``scal`` = (scale log2(e), scale g_max, g_max, the sigmoid's bias or 0) and ``g_max``
+  (cotangents are divided by it)."""
 
   side_stats: tuple
   flags: dict
@@ -232,10 +232,13 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   times = lambda a, v, dims: jax.lax.dot_general(a, v, (dims, ((), ())), precision=precision,
                                                   preferred_element_type=f32)
 
+  # the tile kernel's scalars: scale * log2(e) and the sigmoid's bias (coefs.scal[0, 3])
+  tile_scal = jnp.stack([scal[0], scal[3]])
+
   def body(r0, carry):
     dx, cs, dy, cs_col, c1, sp, mx = carry
     coef, cs_part, cs_col_part, c1_part, sp_part, mx_part = call(
-        _tile_coef_bwd_kernel, x, y, scal[::3], stack_offsets(offsets, r0), *side_stats,
+        _tile_coef_bwd_kernel, x, y, tile_scal, stack_offsets(offsets, r0), *side_stats,
         x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
         name="memeff/tile_coef_bwd", interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
