@@ -74,7 +74,8 @@ default of every loss here) multiplies the gradients by sqrt(B t); pass
 
 On the Triton backends the softmax kernels' tiled forward sums the softplus terms in
 its epilogue, and the gradient kernels take the coefficients sigmoid(z + b) and sum
-them for the bias (docs/math.md §12).
+them for the bias; where both towers train (one device, 16-bit inputs by default), the
+forward pass computes the gradient too, from the same tiles (docs/math.md §12).
 
 """ + _docs.args(siglip_loss_with_stats, {
     "image_features": "[batch, d] float array (fp32, fp16 or bf16); the rows.",

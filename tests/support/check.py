@@ -2,8 +2,6 @@
 temperature) under jax.jit, with the tolerances of tests.support.tolerances; the
 slow-marker sampling rules; kernel-path configs; jaxpr walking."""
 
-import dataclasses
-
 import jax
 import jax.extend
 import jax.numpy as jnp
@@ -97,18 +95,20 @@ def kernel_path_config(path, d, dtype):
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
   64-row slabs)."""
   cfg = default_config(d, dtype, interpret=True)
-  return dataclasses.replace(cfg, **{
-      "partials": dict(fwd_col_pass=False, fwd_block_m=32, max_programs=3),
-      "col_pass": dict(fwd_col_pass=True, fwd_block_m=32),
-      # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
-      "tiled": dict(fwd_tiled=True, fwd_bounded=True, bwd_tiled=True, fwd_block_m=32,
-                    fwd_block_n=64, bwd_block_m=32, bwd_block_n=32, fwd_block_d=32,
-                    bwd_block_d=32, slab_kib=1, min_slab_rows=1),
+  # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
+  tiles = dict(fwd=dict(block_m=32, block_n=64, block_d=32),
+               bwd=dict(block_m=32, block_n=32, block_d=32),
+               budgets=dict(slab_kib=1, min_slab_rows=1))
+  tiled = dict(fwd_tiled=True, fwd_bounded=True, bwd_tiled=True)
+  return cfg.evolve(**{
+      "partials": dict(algorithm=dict(fwd_col_pass=False), fwd=dict(block_m=32),
+                       budgets=dict(max_programs=3)),
+      "col_pass": dict(algorithm=dict(fwd_col_pass=True), fwd=dict(block_m=32)),
+      "tiled": dict(tiles, algorithm=tiled),
       # the same, both towers' gradients from one set of slabs (bwd_pair)
-      "tiled_paired": dict(fwd_tiled=True, fwd_bounded=True, bwd_tiled=True, bwd_pair=True,
-                           fwd_block_m=32, fwd_block_n=64, bwd_block_m=32, bwd_block_n=32,
-                           fwd_block_d=32, bwd_block_d=32, slab_kib=1, min_slab_rows=1),
-      "paired": dict(bwd_pair=True, slab_kib=1, min_slab_rows=1),
+      "tiled_paired": dict(tiles, algorithm=dict(tiled, bwd_pair=True)),
+      "paired": dict(algorithm=dict(bwd_pair=True),
+                     budgets=dict(slab_kib=1, min_slab_rows=1)),
   }[path])
 
 
