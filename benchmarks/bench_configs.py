@@ -1,7 +1,8 @@
 """Tile sweep and time split for the Triton backend (one GPU, one process).
 
 For each feature size and KernelConfig: CLIP (``clip``), LiT (``lit``), Qwen3 (``qwen3``),
-SigLIP (``siglip``; paired, its gradient comes from the forward pass) or fused Matryoshka with dims (d/8, d/4, d/2, d) (``clip_mrl``, ...) fwd+bwd (with its
+SigLIP (``siglip``; paired, its gradient comes from the forward pass) or fused
+Matryoshka with dims (d/8, d/4, d/2, d) (``clip_mrl``, ...) fwd+bwd (with its
 compiled extra memory) and forward-only time at one batch, so the defaults in
 config.py come from measurements and the backward's share of the time is visible
 (bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None). ``--set slab``: the

@@ -73,19 +73,19 @@ def _mesh(n):
   return Mesh(np.array(jax.devices()[:n]), ("batch",))
 
 
-# By default: every case on 2 devices with blockwise, half of them on 8 (those not in
-# _SAMPLE), two on 1 and two on 4; the interpreter on 8 devices for two cases, on 1, 2
-# and 4 for one. The rest: slow.
-_SAMPLE = ("clip", "lit", "qwen3", "qwen3_plain")
-_DEFAULT = {("blockwise", 1): ("clip", "qwen3"), ("blockwise", 4): ("lit", "qwen3_plain"),
+# The cases that run by default, by (backend, devices): every case on 2 devices with
+# blockwise, half of them on 8, two on 1 and two on 4; the interpreter on 8 devices for
+# two cases, on 1, 2 and 4 for one. The rest: slow.
+_DEFAULT = {("blockwise", 2): tuple(CASES),
+            ("blockwise", 8): ("clip_tau_rows", "lit_tau_rows", "qwen3_tau_rows", "lit_qwen3"),
+            ("blockwise", 1): ("clip", "qwen3"), ("blockwise", 4): ("lit", "qwen3_plain"),
             ("interpret", 8): ("clip_tau_rows", "lit_qwen3"), ("interpret", 4): ("clip",),
             ("interpret", 2): ("clip",), ("interpret", 1): ("qwen3",)}
 RING_PARAMS = sampled(
     [("blockwise", n, c) for n in (1, 2, 4, 8) for c in CASES] +
     [("interpret", n, c) for n in (4, 8) for c in CASES] +
     [("interpret", n, c) for n in (1, 2) for c in ("clip", "qwen3")],
-    lambda i, p: (p[1] == 2 or (p[1] == 8 and p[2] not in _SAMPLE)) if p[0] == "blockwise"
-    and p[1] in (2, 8) else p[2] in _DEFAULT[p[:2]])
+    lambda i, p: p[2] in _DEFAULT[p[:2]])
 
 
 @pytest.mark.parametrize("backend,n_dev,case", RING_PARAMS)

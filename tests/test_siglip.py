@@ -12,7 +12,8 @@ import pytest
 from jax.sharding import Mesh
 
 import memeff_jax as mj
-from memeff_jax import reference
+from memeff_jax import _core, backends, reference
+from memeff_jax._reduction import SIGMOID
 from tests.support.check import compare, kernel_path_config
 from tests.support.tolerances import FP32
 from tests.support.families import BACKENDS
@@ -126,8 +127,6 @@ def test_the_gradient_from_the_forward_takes_one_cotangent_over_the_kept_rows():
   # backward (_core._scaled): for a cotangent that is one value over the kept rows (any
   # value on the removed ones: the families' case) it equals the blockwise backend's
   # gradient (FP32); for any other it is NaN, not a wrong number.
-  from memeff_jax import _core, backends   # pylint: disable=g-import-not-at-top
-  from memeff_jax._reduction import SIGMOID   # pylint: disable=g-import-not-at-top
   b, d = 40, 24
   x64, y64 = _data(5, b, d)
   x, y = (v / jnp.linalg.norm(v, axis=1, keepdims=True) for v in (x64, y64))

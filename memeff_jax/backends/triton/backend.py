@@ -51,13 +51,15 @@ class PlanKey:
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """One block's launches, resolved once: ``config`` for the forward and the gradient,
-  ``paired`` for ``bwd_pair``, the Matryoshka ``ladder`` (None: plain block), and
+  ``paired`` for ``bwd_pair``, ``fused`` for ``fwd_grad``, the Matryoshka ``ladder``
+  (None: plain block), and
   ``user_tiles``: whether the user's config keeps its own tiles (a config equal to
   ``default_config``, whatever its ``matryoshka_per_dim``, counts as none passed:
   Matryoshka then retiles it)."""
 
   config: KernelConfig
   paired: KernelConfig
+  fused: KernelConfig
   ladder: Ladder | None
   user_tiles: bool
 
@@ -86,8 +88,16 @@ def resolve_plan(key: PlanKey) -> Plan:
                             retile=not user_tiles and not key.interpret,
                             interpret=key.interpret)
     ladder = Ladder.of(key.dims, cfg.fwd.block_d)
-  return Plan(config=cfg, paired=paired_config(cfg, key.d, itemsize, key.smem_kib),
-              ladder=ladder, user_tiles=user_tiles)
+  paired = paired_config(cfg, key.d, itemsize, key.smem_kib)
+  fused = paired
+  if not user_tiles:
+    # The sigmoid's forward epilogue keeps more of the tile live than the softmax's
+    # (and c s for a learned temperature): at most 32 entries a thread. With 64 x 128
+    # and 4 warps it spilled (B = 65536, D = 512, learned t and b: 70.8 ms; fixed ones
+    # 43.5; 8 warps 39.9, benchmarks/results/h200_siglip_slabs.csv).
+    warps = max(paired.bwd.num_warps, paired.bwd.block_m * paired.bwd.block_n // 1024)
+    fused = paired.evolve(bwd=dict(num_warps=warps))
+  return Plan(config=cfg, paired=paired, fused=fused, ladder=ladder, user_tiles=user_tiles)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -169,19 +179,11 @@ class TritonBackend:
     x, y = block.x, block.y
     n, f32 = x.shape[0], jnp.float32
     unit = Side(jnp.zeros((n,), f32), jnp.ones((n,), f32), None)
-    p = self.plan(spec, x)
-    cfg = p.paired
-    if not p.user_tiles:
-      # The epilogue keeps more of the tile live than the softmax's (and c s for a
-      # learned temperature): at most 32 entries a thread. With 64 x 128 and 4 warps it
-      # spilled (B = 65536, D = 512, learned t and b: 70.8 ms; fixed ones 43.5; 8 warps
-      # 39.9, benchmarks/results/h200_siglip_slabs.csv).
-      warps = max(cfg.bwd.num_warps, cfg.bwd.block_m * cfg.bwd.block_n // 1024)
-      cfg = cfg.evolve(bwd=dict(num_warps=warps))
     dx, cs, dy, _, csum, lse_row, max_row = lse_bwd(
         x, y, scale, block.offsets, unit, None, _bias(spec, block),
-        exclude_self=spec.exclude_self, want_cs=want_cs, out_dtype=f32, config=cfg,
-        interpret=self.interpret, masks=block.masks, pair=(False, f32), fwd=True)
+        exclude_self=spec.exclude_self, want_cs=want_cs, out_dtype=f32,
+        config=self.plan(spec, x).fused, interpret=self.interpret, masks=block.masks,
+        pair=(False, f32), fwd=True)
     return lse_row, max_row, dx, cs, dy, csum
 
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
