@@ -6,7 +6,9 @@ Matryoshka with dims (d/8, d/4, d/2, d) (``clip_mrl``, ...) fwd+bwd (with its
 compiled extra memory) and forward-only time at one batch, so the defaults in
 config.py come from measurements and the backward's share of the time is visible
 (bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None). ``--set slab``: the
-tiled (coefficient-slab) gradient at several slab heights instead of the tile list.
+tiled (coefficient-slab) gradient at several slab heights instead of the tile list;
+``--set siglip``: SigLIP's fused gradient by slab height, tile and warps. ``--learned``:
+SigLIP's temperature and bias are inputs with gradients (as big_vision trains them).
 
   python benchmarks/bench_configs.py --batch 65536 --dims 512 --out configs.csv
   python benchmarks/bench_configs.py --losses clip_mrl --dims 512 --out configs_mrl.csv
@@ -80,6 +82,16 @@ SLAB_CANDIDATES = [_S(1024, 64, 128, 64, 4, 4), _S(2048, 64, 128, 64, 4, 4),
                    _S(2048, 128, 64, 64, 4, 4), _S(2048, 64, 128, 64, 8, 4),
                    _S(2048, 64, 64, 64, 4, 4), _S(2048, 64, 256, 64, 8, 3),
                    dict(bwd_pair_max_batch=0)]   # (last: no pairing, whatever the batch)
+# SigLIP's fused gradient (coefficient slabs from the forward, learned t and b): slab
+# height, tile, feature chunk and warps.
+_G = lambda rows, m, n, k, w, st: _tb(m, n, k, w, st, bwd_pair=True, min_slab_rows=rows)
+SIGLIP_CANDIDATES = [_G(2048, 64, 64, 64, 4, 4), _G(2048, 64, 128, 64, 8, 4),
+                     _G(2048, 128, 64, 64, 8, 4), _G(2048, 128, 128, 64, 16, 3),
+                     _G(2048, 128, 128, 64, 16, 4), _G(2048, 128, 128, 64, 8, 3),
+                     _G(4096, 64, 64, 64, 4, 4), _G(4096, 128, 128, 64, 16, 3),
+                     _G(1024, 64, 64, 64, 4, 4), _G(2048, 64, 64, 64, 8, 4),
+                     _G(512, 128, 128, 64, 16, 3), _G(1024, 128, 128, 64, 16, 3),
+                     dict(bwd_pair_max_batch=0)]
 # Matryoshka: the tiled forward with the default 64 x 64 tiles, then gradient
 # candidates (FlashAttention-shaped with several tiles; the tiled one unpaired and
 # paired), then forward candidates.
@@ -100,15 +112,17 @@ def main(argv=None):
   p.add_argument("--losses", default="clip")
   p.add_argument("--reps", type=int, default=10)
   p.add_argument("--only", default=None, help="comma-separated candidate indices")
-  p.add_argument("--set", choices=("tiles", "slab"), default="tiles")
+  p.add_argument("--set", choices=("tiles", "slab", "siglip"), default="tiles")
+  p.add_argument("--learned", action="store_true", help="SigLIP: learned t and b")
+  p.add_argument("--no-fwd", action="store_true", help="fwd+bwd only")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   w = Writer(a.out)
   b = a.batch
   for d, name in itertools.product(map(int, a.dims.split(",")), a.losses.split(",")):
     mrl = name.endswith("_mrl")
-    cands = [{}] + (SLAB_CANDIDATES if a.set == "slab" else
-                    (MRL_CANDIDATES if mrl else CANDIDATES).get(d, []))
+    cands = [{}] + {"slab": SLAB_CANDIDATES, "siglip": SIGLIP_CANDIDATES}.get(
+        a.set, (MRL_CANDIDATES if mrl else CANDIDATES).get(d, []))
     x, y = (jax.random.normal(k, (b, d), jnp.float32).astype(jnp.bfloat16)
             for k in jax.random.split(jax.random.key(0), 2))
     for i, t in enumerate(cands):
@@ -123,16 +137,23 @@ def main(argv=None):
       gemms = 3 if base in ("lit", "siglip") else 5
       label = "default" if i == 0 else f"cfg{i}"
       note = str(t)
+      args = (x, y)
+      if a.learned and base == "siglip":   # t = 0.1, b = -10 as traced inputs
+        args, argnums = (x, y, jnp.float32(0.1), jnp.float32(-10.0)), (0, 1, 2, 3)
+        fn = functools.partial(lambda x, y, t, c, f, **k: f(x, y, temperature=t, bias=c, **k), f=fn)
       full = jax.jit(jax.value_and_grad(
-          lambda x, y: fn(x, y, backend="triton", config=cfg), argnums=argnums))
-      fwd = jax.jit(lambda x, y: fn(x, y, backend="triton", config=cfg))
-      r = Result(f"{name}_fwd+bwd", label, b, d, "bfloat16", note=note)
+          lambda *v: fn(*v, backend="triton", config=cfg), argnums=argnums))
+      fwd = jax.jit(lambda *v: fn(*v, backend="triton", config=cfg))
+      tag = "_learned" if len(args) > 2 else ""
+      r = Result(f"{name}{tag}_fwd+bwd", label, b, d, "bfloat16", note=note)
       def timed(r=r, full=full):
-        r.extra_gib = compiled_extra_gib(full, x, y)
-        return summarize(r, time_jax(full, x, y, reps=a.reps), gemms * 2.0 * b * b * d)
+        r.extra_gib = compiled_extra_gib(full, *args)
+        return summarize(r, time_jax(full, *args, reps=a.reps), gemms * 2.0 * b * b * d)
       guarded(w, r, timed)
-      r2 = Result(f"{name}_fwd", label, b, d, "bfloat16", note=note)
-      guarded(w, r2, lambda: summarize(r2, time_jax(fwd, x, y, reps=a.reps), 2.0 * b * b * d))
+      if a.no_fwd:
+        continue
+      r2 = Result(f"{name}{tag}_fwd", label, b, d, "bfloat16", note=note)
+      guarded(w, r2, lambda: summarize(r2, time_jax(fwd, *args, reps=a.reps), 2.0 * b * b * d))
 
 
 if __name__ == "__main__":

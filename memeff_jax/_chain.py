@@ -45,6 +45,8 @@ class Tower(NamedTuple):
   tab: jax.Array | None         # [K, ...rows] prefix inverse norms (Matryoshka), else None
   pre: tuple | None = None      # one block per dim: each dim's renormalized prefixes
   pre32: tuple | None = None    # and their fp32 copies (the glue's: cotangents round once)
+  mask_repeat: int | None = 1   # ``where`` on its rows: each batch row's entry repeated
+                                # (a hard negatives' run); None: not batch rows, all kept
 
 
 class Ctx(NamedTuple):
@@ -74,7 +76,9 @@ class Ctx(NamedTuple):
     ones None unless two_sided); ``spec`` may name the ``reduction`` (and its ``bias``)."""
     if row_thr is not None and self.dims is None:
       row_thr = row_thr[0]
-    y_mask = None if (y is None or self.mask is None) else self.mask
+    y_mask = None if (y is None or self.mask is None) else (
+        jnp.ones(y.v.shape[:1], bool) if y.mask_repeat is None else
+        jnp.repeat(self.mask, y.mask_repeat))
     if x.pre is not None:   # one plain block per dim, on its renormalized prefixes
       outs = [block_lse(xk, None if y is None else y.pre[k], self.scale,
                         None if row_thr is None else row_thr[k], None, None, self.mask, y_mask,
@@ -116,9 +120,11 @@ class Head(NamedTuple):
                                 # (the reduction's statistic: ctx.block(..., reduction=))
   max_neg: list                 # per direction: [K, n] their largest logit (-inf if none)
   pos: jax.Array                # [K, n] the positive's similarity
-  n_neg: int                    # nominal negatives N per softmax (C = N + 1 candidates)
-  cross: Callable[[], jax.Array]   # [K] sum over rows of every candidate's similarity
-                                   # minus the positives' (label smoothing's A)
+  n_neg: int | list             # nominal negatives N per softmax (C = N + 1 candidates);
+                                # a list: one per direction
+  cross: Callable[[], jax.Array]   # [K] sum over rows of every candidate's similarity,
+                                   # positives included (label smoothing's A); a list
+                                   # per direction where n_neg is one
   reduction: Reduction = SOFTMAX   # turns each direction into its loss terms (.term)
   bias: jax.Array | None = None    # the reduction's logit bias (the sigmoid's), or None
 
@@ -135,6 +141,8 @@ class Family:
   options: tuple[str, ...] = ()     # the family's own keywords (rows of the options table)
   shared: tuple[str, ...] = SHARED  # the shared keywords it takes (the others: defaults)
   stats: Callable | None = None     # stats(pieces) -> its stats; None: ContrastiveStats
+  negatives: bool = False           # takes ``shared_negatives=`` (columns of every row;
+                                    # locked with the second array)
 
 
 def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
@@ -158,6 +166,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
 
 def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   arrays = [_validation.as_array(o.pop(a)) for a in family.arrays]
+  shared = _validation.as_array(o.pop("shared_negatives")) if family.negatives else None
   if set(o) != set(family.shared + family.options):   # o: the options as passed
     raise TypeError(f"internal: {family.name} options {sorted(o)} != "
                     f"{sorted(family.shared + family.options)}")
@@ -165,10 +174,14 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
+  if shared is not None:
+    _validation.check_shared_negatives(shared, d, arrays[0].dtype)
   acc = _terms.glue_dtype(arrays[0].dtype)
   # Every option checked by its row of the options table, in the table's order.
-  opt = _options.check(o, _options.Call(n=n, d=d, dtype=acc, arrays=tuple(zip(
-      family.arrays, arrays)), backend=o["backend"], got={}))
+  named = tuple(zip(family.arrays, arrays)) + (
+      (("shared_negatives", shared),) if shared is not None else ())
+  opt = _options.check(o, _options.Call(n=n, d=d, dtype=acc, arrays=named,
+                                        backend=o["backend"], got={}))
   temperature, tau, mask = opt["temperature"], opt["tau_plus"], opt["where"]
   tau_plus = _validation.as_array(o["tau_plus"])
   if mask is not None:
@@ -185,6 +198,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   if isinstance(be, DenseBackend):   # backend="reference": the family's dense oracle
     given = dict(stable=o["stable"], tau_plus=tau_plus, label_smoothing=o["label_smoothing"],
                  lse_square_scale=o["lse_square_scale"])
+    if shared is not None:
+      own["shared_negatives"] = shared
     return be.dense_loss(family.reference, arrays, dims=dims, weights=weights,
                          axis_name=axis_name, **own, temperature=temperature,
                          **{k: v for k, v in given.items() if k in family.shared}, where=mask,
@@ -194,11 +209,16 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
     arrays[2] = None                                   # k = 0 hard negatives: none
   arrays = [lax.stop_gradient(a) if (i in family.locked and a is not None) else a
             for i, a in enumerate(arrays)]
+  if shared is not None and shared.shape[0] == 0:
+    shared = None                                      # N = 0 shared negatives: none
+  if shared is not None and 1 in family.locked:
+    shared = lax.stop_gradient(shared)
   # Traced values cannot raise: out of range or non-finite, they poison the loss and
   # its gradients with NaN (below); inside checkify_checks, checkify names them.
   used = dict(opt, tau_plus=tau_plus)   # the prior as given (masked), not its fp32 copy
   hyper = {k: used[k] for k in _options.traced(SHARED + family.options)}
-  ok = _checkify.value_checks(dict(zip(family.arrays, arrays)), hyper)
+  arrays.append(shared)   # (last: the shared negatives, or None)
+  ok = _checkify.value_checks(dict(zip(family.arrays + ("shared_negatives",), arrays)), hyper)
   c = poison_flag(ok, axis_name)
   if c is not None:   # the feature arrays' NaN gradients; poison (below) does the rest
     arrays = [None if a is None else taint(a, c) for a in arrays]
@@ -213,6 +233,9 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   split = opt["matryoshka_per_dim"]
   towers = [None if a is None else _tower(a, dims, r if split else None)
             for a, r in zip(arrays, raw)]
+  *towers, shared = towers
+  if family.negatives:
+    own["shared"] = None if shared is None else shared._replace(mask_repeat=None)
   batch = n * ring_size(axis_name)
   if mask is not None:   # the global batch is the rows kept (traced)
     batch = global_sum(jnp.sum(mask, dtype=acc), axis_name)
@@ -222,14 +245,19 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
                                    want_max=want_max),
             mask=mask)
   head = family.head(ctx, towers, **own)
+  # per direction: nominal negatives and label smoothing's A
+  n_negs = head.n_neg if isinstance(head.n_neg, list) else [head.n_neg] * len(head.lse_neg)
+  crosses = (head.cross if isinstance(head.n_neg, list) else
+             lambda: [head.cross()] * len(head.lse_neg))
   late = None
   if mask is None:
-    _validation.check_negatives(tau, head.n_neg, ctx.batch)
+    for n_neg in n_negs:
+      _validation.check_negatives(tau, n_neg, ctx.batch)
   elif tau is not None:   # known at run time only: no negatives to debias -> NaN
-    late = head.n_neg > 0
+    late = functools.reduce(jnp.logical_and, [n_neg > 0 for n_neg in n_negs])
   pos_logit = ctx.scale * head.pos
-  terms = [head.reduction.term(lse, pos_logit, n_neg=head.n_neg, tau=tau, scale=ctx.scale,
-                               bias=head.bias) for lse in head.lse_neg]
+  terms = [head.reduction.term(lse, pos_logit, n_neg=n_neg, tau=tau, scale=ctx.scale,
+                               bias=head.bias) for lse, n_neg in zip(head.lse_neg, n_negs)]
   per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)
   if not _is_zero(z_scale):
@@ -239,7 +267,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
     # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.
     # (Removed rows are zeros: they add nothing to A.)
     trace = ctx.row_sum(head.pos)
-    per_dim = per_dim + eps * ctx.scale / ctx.batch * (trace - head.cross() / (head.n_neg + 1))
+    per_dim = per_dim + eps * ctx.scale / ctx.batch * sum(
+        trace - a / (n_neg + 1) for a, n_neg in zip(crosses(), n_negs)) / len(n_negs)
   per_dim = per_dim + z
   w = jnp.asarray(weights, acc)
   loss = poison(jnp.sum(w * per_dim), ok, list(hyper.values()), axis_name)
@@ -264,15 +293,26 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   return loss, stats
 
 
-def pair_head(ctx: Ctx, towers, *, two_sided: bool) -> Head:
+def pair_head(ctx: Ctx, towers, *, two_sided: bool, shared: Tower | None = None) -> Head:
   """CLIP (two_sided: rows and columns) and LiT (rows): one block, diagonal excluded;
-  the positive joins in the log domain. C = B candidates per softmax."""
+  the positive joins in the log domain. C = B candidates per softmax, and the rows
+  also compete with the ``shared`` negative columns (N more: one more block)."""
   x, y = towers
   lse_row, lse_col, max_row, max_col = ctx.block(x, y, two_sided=two_sided, exclude_self=True)
-  cross = lambda: jnp.sum(ctx.tower_sum(x) * ctx.tower_sum(y), axis=-1)   # <sum x, sum y>
+  a = lambda: jnp.sum(ctx.tower_sum(x) * ctx.tower_sum(y), axis=-1)   # <sum x, sum y>
+  if shared is None:
+    if two_sided:
+      return Head([lse_row, lse_col], [max_row, max_col], ctx.sims(x, y), ctx.batch - 1, a)
+    return Head([lse_row], [max_row], ctx.sims(x, y), ctx.batch - 1, a)
+  lse_s, _, max_s, _ = ctx.block(x, shared)
+  lse_row = _terms.masked_lse(jnp.stack([lse_row, lse_s]), True, axis=0)
+  max_row = None if max_row is None else jnp.maximum(max_row, max_s)
+  a_row = lambda: a() + jnp.sum(ctx.tower_sum(x) * ctx.tower_sum(shared), axis=-1)
+  n_row = ctx.batch - 1 + shared.v.shape[0] * ring_size(ctx.axis_name)
   if two_sided:
-    return Head([lse_row, lse_col], [max_row, max_col], ctx.sims(x, y), ctx.batch - 1, cross)
-  return Head([lse_row], [max_row], ctx.sims(x, y), ctx.batch - 1, cross)
+    return Head([lse_row, lse_col], [max_row, max_col], ctx.sims(x, y),
+                [n_row, ctx.batch - 1], lambda: [a_row(), a()])
+  return Head([lse_row], [max_row], ctx.sims(x, y), [n_row], lambda: [a_row()])
 
 
 def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], name: str,
@@ -311,6 +351,21 @@ def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
     pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
     pre32 = tuple(p.astype(v32.dtype) for p in pre)
   return Tower(v, v32, tab, pre, pre32)
+
+
+def flat(t: Tower) -> Tower:
+  """[n, k, D] hard negatives as n k columns, row i's k in a run."""
+  r = lambda a: None if a is None else a.reshape((-1,) + a.shape[2:])
+  each = lambda ps: None if ps is None else tuple(map(r, ps))
+  tab = None if t.tab is None else t.tab.reshape(t.tab.shape[0], -1)
+  return Tower(r(t.v), r(t.v32), tab, each(t.pre), each(t.pre32), mask_repeat=t.v.shape[1])
+
+
+def pick(t: Tower, j: int) -> Tower:
+  """Hard negative j of every row ([n, k, D] -> [n, D]): a tower of batch rows."""
+  each = lambda ps: None if ps is None else tuple(p[:, j] for p in ps)
+  return Tower(t.v[:, j], t.v32[:, j], None if t.tab is None else t.tab[:, :, j],
+               each(t.pre), each(t.pre32))
 
 
 def _segments(dims, v):

@@ -53,3 +53,13 @@ RETURNS = """Returns:
 
 STATS = """Returns ``(loss, stats)``: the loss of :func:`{name}` and its
 :class:`memeff_jax.ContrastiveStats` (z-loss, log-normalizers, per-dim Matryoshka losses)."""
+
+
+# The ``shared_negatives`` array of the row-softmax losses (its ``Args:`` entry).
+SHARED_NEGATIVES = """optional [n_negatives, d], same dtype: columns that every row
+      competes against besides the batch's (sentence-transformers' hard-negative
+      columns, a negative queue or a precomputed corpus: MoCo-style memory banks),
+      streamed by the kernels as one more block, O(n_negatives d) memory. Trained with
+      the second tower (locked where it is). In a ring, each device's own shard: the
+      global column set is every device's, as sentence-transformers'
+      ``gather_across_devices``. ``where`` does not apply to them."""

@@ -95,6 +95,16 @@ def _per_dim(v, c: Call) -> bool:
   return per_dim_choice(v, c.got["config"], default)
 
 
+def _partition(v, c: Call) -> str:
+  if v not in ("joint", "per_direction"):
+    raise ValueError(f"partition must be 'joint' or 'per_direction', got partition={v!r}")
+  groups = [g for g in ("use_qq_negatives", "use_dd_negatives") if c.got.get(g)]
+  if v == "per_direction" and groups:
+    raise ValueError(f"partition='per_direction' has a q->d and a d->q softmax only; "
+                     f"{' and '.join(groups)}=True need partition='joint'")
+  return v
+
+
 # Rows in the order the chain checks them (an error names the first bad option).
 TABLE = (
     Option("temperature", 0.07, """float > 0 or a traced 0-d float array (learnable: it gets a
@@ -192,11 +202,26 @@ TABLE = (
            check=lambda v, c: check_axis(v, *c.arrays, mask=c.got.get("where")) or v,
            type=Hashable | None,
            raises=((ValueError, "an unbound ``axis_name`` or replicated arrays with one"),)),
-    # Qwen3's own options (the flags, then the margin).
+    # Qwen3's own options (the flags, the partition, then the margin).
     _flag("use_qq_negatives", False,
           """add the other queries to row i's candidates (q-q block)."""),
     _flag("use_dd_negatives", False, """add the other documents, compared with d_i, to row i's
-      candidates (d-d block)."""),
+      candidates (d-d block; with ``shared_negatives``, those too)."""),
+    _flag("use_dq_negatives", False, """add every query compared with d_i, q_i included (its
+      pair with d_i then counts twice in the denominator), to row i's candidates (d-q
+      block: sentence-transformers' doc_to_query, GTE's third group). With
+      ``partition="per_direction"`` it is a softmax of its own instead."""),
+    _flag("share_hard_negatives", False, """the hard negatives as sentence-transformers lays them
+      out: every row's are candidates of every row (global columns in a ring; d_i's
+      d-d candidates exclude its own row's, and the d-q group has none), instead of
+      row i's k competing in row i only."""),
+    Option("partition", "joint", """"joint": one softmax per row over every group (default);
+      "per_direction": the q->d softmax (with the hard and shared negatives) and, with
+      ``use_dq_negatives``, a d->q softmax over the queries, averaged
+      (sentence-transformers' ``partition_mode``; no q-q or d-d groups there).""",
+           check=lambda v, c: _partition(v, c), type=str,
+           raises=((ValueError, "an unknown ``partition`` or q-q / d-d groups with "
+                                "``partition=\"per_direction\"``"),)),
     Option("margin", 0.1, """>= 0 (float or 0-d array), raw-cosine units: an entry of row i is
       dropped as a presumed false negative iff its similarity exceeds
       s(q_i, d_i) + margin + 2^-10 (a tie tolerance: an exact duplicate of the

@@ -80,6 +80,19 @@ def check_hard_negatives(h, n: int, d: int, dtype) -> None:
                     f"hard_negatives.dtype={h.dtype}")
 
 
+def check_shared_negatives(h, d: int, dtype) -> None:
+  """Shared negative columns: [N, features] (N >= 0), the towers' dtype."""
+  if not hasattr(h, "shape") or not hasattr(h, "dtype"):
+    raise TypeError(f"shared_negatives must be an array, got {type(h).__name__}")
+  _check_float("shared_negatives", h)
+  if h.ndim != 2 or h.shape[1] != d:
+    raise ValueError(f"shared_negatives must be [n_negatives, features={d}], got "
+                     f"shared_negatives.shape={h.shape}")
+  if h.dtype != dtype:
+    raise TypeError(f"shared_negatives must have the towers' dtype {dtype}, got "
+                    f"shared_negatives.dtype={h.dtype}")
+
+
 def _scalar(name: str, v):
   """A Python number stays one; anything else must be a 0-d floating array."""
   if isinstance(v, bool):

@@ -86,6 +86,7 @@ __all__ = [
 # functions' options (lse_square_scale, axis_name, ...) are not memeff's.
 _OPTIONS = ("temperature", "normalized_inputs", "stable", "tau_plus", "label_smoothing",
             "backend")
+_OWN = ("margin", "use_qq_negatives", "use_dd_negatives")   # memeff's of the families
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -167,7 +168,7 @@ _DIST_DOC = """
 
 def _family(spec: Spec) -> tuple[type, type, type, type]:
   """A family's four classes: plain, fused Matryoshka, and their Distributed twins."""
-  fn, names = spec.function, _OPTIONS + spec.options
+  fn, names = spec.function, _OPTIONS + tuple(o for o in spec.options if o in _OWN)
   plain_name = f"MemoryEfficient{spec.tag}Loss"
   about = f"\n\n{fill(spec.about)}" if spec.about else ""
   plain = _dataclass(

@@ -15,11 +15,12 @@ from memeff_jax.config import KernelConfig
 
 CLIP = _chain.Family(name="clip_loss", arrays=("image_features", "text_features"), locked=(),
                      head=functools.partial(_chain.pair_head, two_sided=True),
-                     reference=reference.clip_loss_with_stats)
+                     reference=reference.clip_loss_with_stats, negatives=True)
 
 
 def clip_loss_with_stats(
-    image_features: ArrayLike, text_features: ArrayLike, *, temperature: ArrayLike = 0.07,
+    image_features: ArrayLike, text_features: ArrayLike,
+    shared_negatives: ArrayLike | None = None, *, temperature: ArrayLike = 0.07,
     normalized_inputs: bool = False, stable: bool = True, tau_plus: ArrayLike = 0.0,
     label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
     matryoshka_dims: Sequence[int] | None = None,
@@ -46,7 +47,9 @@ log-sum-exp statistics. Every backend is deterministic.
 
 """ + _docs.args(clip_loss_with_stats, {
     "image_features": "[batch, d] float array (fp32, fp16 or bf16); the softmax rows.",
-    "text_features": "[batch, d], same dtype; the softmax columns."}) + """
+    "text_features": "[batch, d], same dtype; the softmax columns.",
+    "shared_negatives": _docs.SHARED_NEGATIVES + """ The rows' (image -> text)
+      softmax only: the columns' keeps its B candidates."""}) + """
 
 """ + _docs.RETURNS + """
 

@@ -15,11 +15,12 @@ from memeff_jax.config import KernelConfig
 
 LIT = _chain.Family(name="lit_loss", arrays=("text_features", "image_features"), locked=(1,),
                     head=functools.partial(_chain.pair_head, two_sided=False),
-                    reference=reference.lit_loss_with_stats)
+                    reference=reference.lit_loss_with_stats, negatives=True)
 
 
 def lit_loss_with_stats(
-    text_features: ArrayLike, image_features: ArrayLike, *, temperature: ArrayLike = 0.07,
+    text_features: ArrayLike, image_features: ArrayLike,
+    shared_negatives: ArrayLike | None = None, *, temperature: ArrayLike = 0.07,
     normalized_inputs: bool = False, stable: bool = True, tau_plus: ArrayLike = 0.0,
     label_smoothing: float = 0.0, lse_square_scale: float = 0.0,
     matryoshka_dims: Sequence[int] | None = None,
@@ -45,7 +46,8 @@ softmax direction: N = B - 1 negatives, C = B candidates.
 
 """ + _docs.args(lit_loss_with_stats, {
     "text_features": "[batch, d] float array, trained (the softmax rows).",
-    "image_features": "[batch, d] float array, same dtype, locked (the candidates)."}) + """
+    "image_features": "[batch, d] float array, same dtype, locked (the candidates).",
+    "shared_negatives": _docs.SHARED_NEGATIVES}) + """
 
 """ + _docs.RETURNS + """
 

@@ -142,136 +142,220 @@ def _tau(tau):
   return lax.stop_gradient(tau.astype(jnp.promote_types(tau.dtype, jnp.float32)))
 
 
-def clip_loss_with_stats(image_features, text_features, *, temperature=0.07,
-                         normalized_inputs=False, stable=True, tau_plus=0.0,
-                         label_smoothing=0.0, lse_square_scale=0.0, where=None):
-  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (docs/math.md §4, §7).
-  ``where``: bool [b], the rows kept (the others are in no softmax and no mean)."""
-  valid, b, (x, y) = _rows(where, image_features.shape[0], image_features, text_features)
-  arrays = dict(image_features=x, text_features=y)
+def _with_shared(s, cols, eye, x, shared):
+  """A row direction's candidates with the shared negative columns appended:
+  (similarities, candidate mask, positive mask, N)."""
+  if shared is None:
+    return s, cols, eye, 0
+  n, m = s.shape[0], shared.shape[0]
+  cols = jnp.broadcast_to(cols, s.shape)
+  return (jnp.concatenate([s, _sims(x, shared)], axis=1),
+          jnp.concatenate([cols, jnp.ones((n, m), bool)], axis=1),
+          jnp.concatenate([eye, jnp.zeros((n, m), bool)], axis=1), m)
+
+
+def _pair(x, y, shared, *, two_sided, temperature, normalized_inputs, stable, tau_plus,
+          label_smoothing, lse_square_scale, where, arrays):
+  """CLIP (two_sided) and LiT: the rows' softmax over the columns and the shared
+  negatives, and (two_sided) the columns' over the rows."""
+  valid, b, (x, y) = _rows(where, x.shape[0], x, y)
+  arrays = dict(zip(arrays, (x, y, shared)))
   if not normalized_inputs:
     x, y = normalize(x), normalize(y)
+    shared = None if shared is None else normalize(shared)
   scale = _scale(temperature, x)
   s = _sims(x, y)                                   # [b, b]
   eye = jnp.eye(x.shape[0], dtype=bool)
   cols = True if valid is None else valid[None, :]   # the candidates that are there
-  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1)
-  opts = dict(n_neg=b - 1, tau=tau, eps=label_smoothing)
-  ell_r, lse_r = _softmaxes(s, cols, cols, eye, scale, **opts)
-  ell_c, lse_c = _softmaxes(s.T, cols, cols, eye, scale, **opts)
-  loss, z = _finish([ell_r, ell_c], [lse_r, lse_c], batch=b, temperature=temperature,
+  raw, cand, pos, m = _with_shared(s, cols, eye, x, shared)
+  # (the columns' softmax has the fewer negatives: no negatives to debias there first)
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1 if two_sided else b - 1 + m)
+  ells, lses = zip(_softmaxes(raw, cand, cand, pos, scale, n_neg=b - 1 + m, tau=tau,
+                              eps=label_smoothing))
+  acc = [_accuracy(raw, cand, pos, scale, valid)]
+  if two_sided:
+    ell_c, lse_c = _softmaxes(s.T, cols, cols, eye, scale, n_neg=b - 1, tau=tau,
+                              eps=label_smoothing)
+    ells, lses, acc = ells + (ell_c,), lses + (lse_c,), acc + [_accuracy(s.T, cols, eye,
+                                                                        scale, valid)]
+  loss, z = _finish(list(ells), list(lses), batch=b, temperature=temperature,
                     stable=stable, lse_square_scale=lse_square_scale, arrays=arrays,
                     valid=valid, no_negatives=none, tau_plus=tau_plus,
                     label_smoothing=label_smoothing)
-  return loss, ContrastiveStats(z, _stat(lse_r, valid), _stat(lse_c, valid),
-                                accuracy_row=_accuracy(s, cols, eye, scale, valid),
-                                accuracy_col=_accuracy(s.T, cols, eye, scale, valid))
+  return loss, ContrastiveStats(z, _stat(lses[0], valid),
+                                _stat(lses[1], valid) if two_sided else None,
+                                accuracy_row=acc[0], accuracy_col=acc[1] if two_sided else None)
 
 
-def clip_loss(image_features, text_features, **kwargs):
-  return clip_loss_with_stats(image_features, text_features, **kwargs)[0]
+def clip_loss_with_stats(image_features, text_features, shared_negatives=None, *,
+                         temperature=0.07, normalized_inputs=False, stable=True, tau_plus=0.0,
+                         label_smoothing=0.0, lse_square_scale=0.0, where=None):
+  """Dense CLIP: 0.5 * (CE(S/t, diag) + CE(S^T/t, diag)) plus options (docs/math.md §4, §7).
+  ``where``: bool [b], the rows kept (the others are in no softmax and no mean);
+  ``shared_negatives`` [m, d]: more columns of the rows' softmax."""
+  return _pair(image_features, text_features, shared_negatives, two_sided=True,
+               temperature=temperature, normalized_inputs=normalized_inputs, stable=stable,
+               tau_plus=tau_plus, label_smoothing=label_smoothing,
+               lse_square_scale=lse_square_scale, where=where,
+               arrays=("image_features", "text_features", "shared_negatives"))
 
 
-def lit_loss_with_stats(text_features, image_features, *, temperature=0.07,
-                        normalized_inputs=False, stable=True, tau_plus=0.0,
+def clip_loss(image_features, text_features, shared_negatives=None, **kwargs):
+  return clip_loss_with_stats(image_features, text_features, shared_negatives, **kwargs)[0]
+
+
+def lit_loss_with_stats(text_features, image_features, shared_negatives=None, *,
+                        temperature=0.07, normalized_inputs=False, stable=True, tau_plus=0.0,
                         label_smoothing=0.0, lse_square_scale=0.0, where=None):
-  """Dense LiT: CE(S/t, diag) over rows; the image tower is locked (docs/math.md §5)."""
-  valid, b, (x, y) = _rows(where, text_features.shape[0], text_features,
-                           lax.stop_gradient(image_features))
-  arrays = dict(text_features=x, image_features=y)
-  if not normalized_inputs:
-    x, y = normalize(x), normalize(y)
-  scale = _scale(temperature, x)
-  s, eye = _sims(x, y), jnp.eye(x.shape[0], dtype=bool)
-  cols = True if valid is None else valid[None, :]
-  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1)
-  ell, lse = _softmaxes(s, cols, cols, eye, scale, n_neg=b - 1, tau=tau, eps=label_smoothing)
-  loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
-                    lse_square_scale=lse_square_scale, arrays=arrays, valid=valid,
-                    no_negatives=none, tau_plus=tau_plus, label_smoothing=label_smoothing)
-  return loss, ContrastiveStats(z, _stat(lse, valid), None,
-                                accuracy_row=_accuracy(s, cols, eye, scale, valid))
+  """Dense LiT: CE(S/t, diag) over rows; the image tower (and the shared negatives)
+  locked (docs/math.md §5)."""
+  shared = None if shared_negatives is None else lax.stop_gradient(shared_negatives)
+  return _pair(text_features, lax.stop_gradient(image_features), shared, two_sided=False,
+               temperature=temperature, normalized_inputs=normalized_inputs, stable=stable,
+               tau_plus=tau_plus, label_smoothing=label_smoothing,
+               lse_square_scale=lse_square_scale, where=where,
+               arrays=("text_features", "image_features", "shared_negatives"))
 
 
-def lit_loss(text_features, image_features, **kwargs):
-  return lit_loss_with_stats(text_features, image_features, **kwargs)[0]
+def lit_loss(text_features, image_features, shared_negatives=None, **kwargs):
+  return lit_loss_with_stats(text_features, image_features, shared_negatives, **kwargs)[0]
 
 
-def _qwen3(q, d, h, *, temperature, margin, use_qq, use_dd, normalized_inputs, stable,
-           tau_plus, label_smoothing, lse_square_scale, where):
+def _qwen3(q, d, h, shared, *, temperature, margin, use_qq, use_dd, use_dq, partition,
+           share_hard, normalized_inputs, stable, tau_plus, label_smoothing, lse_square_scale,
+           where):
   n = q.shape[0]
   valid, b, (q, d, h) = _rows(where, n, q, d, h)
-  arrays = dict(query_features=q, doc_features=d, hard_negatives=h)
+  arrays = dict(query_features=q, doc_features=d, hard_negatives=h, shared_negatives=shared)
   if not normalized_inputs:
     q, d = normalize(q), normalize(d)
     h = None if h is None else normalize(h)
+    shared = None if shared is None else normalize(shared)
   k = 0 if h is None else h.shape[1]
+  m = 0 if shared is None else shared.shape[0]
+  spread = None
+  if k and share_hard:   # every row's hard negatives, row i's k in a run: columns of all
+    spread, k = h.reshape(n * k, -1), 0
+    runs = jnp.repeat(jnp.ones((n,), bool) if valid is None else valid, h.shape[1])[None, :]
+    own = jnp.repeat(jnp.eye(n, dtype=bool), h.shape[1], axis=1)   # d_i's own run
   scale = _scale(temperature, q)
   cols = jnp.ones((n, n), bool) if valid is None else jnp.broadcast_to(valid[None, :], (n, n))
-  not_self = cols & ~jnp.eye(n, dtype=bool)            # q-q / d-d exclude the self pair
+  eye = jnp.eye(n, dtype=bool)
+  not_self = cols & ~eye                               # q-q / d-d exclude the self pair
   s_qd = _sims(q, d)
-  # Row i: [ q_i.d_j | q_i.q_j (j != i) | d_i.d_j (j != i) | q_i.h_ik ]
-  blocks, nominal = [s_qd], [cols]
+  joint = partition == "joint"
+  # Row i: [ q_i.d_j | q_i.s_l | q_i.q_j (j != i) | d_i.d_j (j != i) | d_i.s_l |
+  #          d_i.q_j (every j: joint) | q_i.h_ik ]
+  blocks, nominal, dup = [s_qd], [cols], [jnp.zeros((n, n), bool)]
+
+  def add(sims, nom, copy=False):   # a group: similarities, candidates, positive's copies
+    blocks.append(sims)
+    nominal.append(nom)
+    dup.append(eye if copy else jnp.zeros(sims.shape, bool))
+  if m:
+    add(_sims(q, shared), jnp.ones((n, m), bool))
+  if spread is not None:
+    add(_sims(q, spread), jnp.broadcast_to(runs, own.shape))
   if use_qq:
-    blocks.append(_sims(q, q))
-    nominal.append(not_self)
+    add(_sims(q, q), not_self)
   if use_dd:
-    blocks.append(_sims(d, d))
-    nominal.append(not_self)
+    add(_sims(d, d), not_self)
+    if m:
+      add(_sims(d, shared), jnp.ones((n, m), bool))
+    if spread is not None:
+      add(_sims(d, spread), runs & ~own)
+  if use_dq and joint:   # d_i.q_i is the positive's logit once more
+    add(_sims(d, q), cols, copy=True)
   if k:
-    blocks.append(jnp.einsum("id,ikd->ik", q, h, preferred_element_type=_acc(q.dtype),
-                             precision=_HI))
-    nominal.append(jnp.ones((n, k), bool))
+    add(jnp.einsum("id,ikd->ik", q, h, preferred_element_type=_acc(q.dtype), precision=_HI),
+        jnp.ones((n, k), bool))
   raw, nominal = jnp.concatenate(blocks, axis=-1), jnp.concatenate(nominal, axis=-1)
+  dup = jnp.concatenate(dup, axis=-1)
   pos = jnp.diagonal(s_qd)
   # raw cosine units, no gradient; non-strict, with the tie tolerance: drop only
   # s > pos + margin + MARGIN_TIE
   threshold = lax.stop_gradient(pos + margin + MARGIN_TIE)
   keep = nominal & (raw <= threshold[:, None])
-  is_pos = jnp.zeros(raw.shape, bool).at[:, :n].set(jnp.eye(n, dtype=bool))
-  n_neg = (b - 1) * (1 + int(use_qq) + int(use_dd)) + k
-  tau_plus, tau, none = _debias_inputs(tau_plus, valid, n_neg)
+  is_pos = jnp.zeros(raw.shape, bool).at[:, :n].set(eye)
+  n_neg = (b - 1) * (1 + int(use_qq) + int(use_dd)) + k + m * (1 + int(use_dd))
+  n_neg = n_neg + (b if use_dq and joint else 0)
+  if spread is not None:
+    n_neg = n_neg + h.shape[1] * (b + int(use_dd) * (b - 1))
+  per_dir = use_dq and not joint      # d_i's own softmax over the queries
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1 if per_dir else n_neg)
   ell, lse = _softmaxes(raw, nominal, keep, is_pos, scale, n_neg=n_neg, tau=tau,
                         eps=label_smoothing)
-  loss, z = _finish([ell], [lse], batch=b, temperature=temperature, stable=stable,
+  # (the positive's second copy is no rival of the in-batch accuracy)
+  ells, lses, acc = [ell], [lse], [_accuracy(raw, keep & ~dup, is_pos, scale, valid)]
+  if per_dir:
+    s_dq = _sims(d, q)
+    keep_dq = cols & (s_dq <= threshold[:, None])
+    ell, lse = _softmaxes(s_dq, cols, keep_dq, eye, scale, n_neg=b - 1, tau=tau,
+                          eps=label_smoothing)
+    ells, lses = ells + [ell], lses + [lse]
+    acc.append(_accuracy(s_dq, keep_dq, eye, scale, valid))
+  loss, z = _finish(ells, lses, batch=b, temperature=temperature, stable=stable,
                     lse_square_scale=lse_square_scale, arrays=arrays, valid=valid,
                     no_negatives=none, tau_plus=tau_plus, label_smoothing=label_smoothing,
                     margin=margin)
-  return loss, ContrastiveStats(z, _stat(lse, valid), None,
-                                accuracy_row=_accuracy(raw, keep, is_pos, scale, valid))
+  return loss, ContrastiveStats(z, _stat(lses[0], valid),
+                                _stat(lses[1], valid) if per_dir else None,
+                                accuracy_row=acc[0], accuracy_col=acc[1] if per_dir else None)
 
 
-def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
-                          temperature=0.07, margin=0.1, use_qq_negatives=False,
-                          use_dd_negatives=False, normalized_inputs=False, stable=True,
-                          tau_plus=0.0, label_smoothing=0.0, lse_square_scale=0.0, where=None):
-  """Dense Qwen3-Embedding InfoNCE with the false-negative mask (docs/math.md §6)."""
-  return _qwen3(query_features, doc_features, hard_negatives, temperature=temperature,
-                margin=margin, use_qq=use_qq_negatives, use_dd=use_dd_negatives,
-                normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
+def _check_partition(partition, use_qq, use_dd):
+  if partition not in ("joint", "per_direction"):
+    raise ValueError(f"partition must be 'joint' or 'per_direction', got {partition!r}")
+  if partition == "per_direction" and (use_qq or use_dd):
+    raise ValueError("partition='per_direction' takes no q-q or d-d groups")
+
+
+def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
+                          shared_negatives=None, *, temperature=0.07, margin=0.1,
+                          use_qq_negatives=False, use_dd_negatives=False,
+                          use_dq_negatives=False, partition="joint",
+                          share_hard_negatives=False, normalized_inputs=False, stable=True, tau_plus=0.0, label_smoothing=0.0,
+                          lse_square_scale=0.0, where=None):
+  """Dense Qwen3-Embedding InfoNCE with the false-negative mask, the shared negatives,
+  the q-q / d-d / d-q groups and the partitions (docs/math.md §6)."""
+  _check_partition(partition, use_qq_negatives, use_dd_negatives)
+  return _qwen3(query_features, doc_features, hard_negatives, shared_negatives,
+                temperature=temperature, margin=margin, use_qq=use_qq_negatives,
+                use_dd=use_dd_negatives, use_dq=use_dq_negatives, partition=partition,
+                share_hard=share_hard_negatives, normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
                 label_smoothing=label_smoothing, lse_square_scale=lse_square_scale,
                 where=where)
 
 
-def qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
-  return qwen3_loss_with_stats(query_features, doc_features, hard_negatives, **kwargs)[0]
+def qwen3_loss(query_features, doc_features, hard_negatives=None, shared_negatives=None,
+               **kwargs):
+  return qwen3_loss_with_stats(query_features, doc_features, hard_negatives, shared_negatives,
+                               **kwargs)[0]
 
 
-def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None, *,
-                              temperature=0.07, margin=0.1, use_qq_negatives=False,
-                              normalized_inputs=False, stable=True, tau_plus=0.0,
-                              label_smoothing=0.0, lse_square_scale=0.0, where=None):
-  """Dense LiT-Qwen3: documents and hard negatives locked, no d-d group (docs/math.md §6)."""
-  h = None if hard_negatives is None else lax.stop_gradient(hard_negatives)
-  return _qwen3(query_features, lax.stop_gradient(doc_features), h, temperature=temperature,
-                margin=margin, use_qq=use_qq_negatives, use_dd=False,
-                normalized_inputs=normalized_inputs, stable=stable, tau_plus=tau_plus,
-                label_smoothing=label_smoothing, lse_square_scale=lse_square_scale,
-                where=where)
+def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
+                              shared_negatives=None, *, temperature=0.07, margin=0.1,
+                              use_qq_negatives=False, use_dq_negatives=False,
+                              partition="joint", share_hard_negatives=False,
+                              normalized_inputs=False, stable=True,
+                              tau_plus=0.0, label_smoothing=0.0, lse_square_scale=0.0,
+                              where=None):
+  """Dense LiT-Qwen3: documents, hard and shared negatives locked, no d-d group
+  (docs/math.md §6)."""
+  _check_partition(partition, use_qq_negatives, False)
+  lock = lambda v: None if v is None else lax.stop_gradient(v)
+  return _qwen3(query_features, lock(doc_features), lock(hard_negatives),
+                lock(shared_negatives), temperature=temperature, margin=margin,
+                use_qq=use_qq_negatives, use_dd=False, use_dq=use_dq_negatives,
+                partition=partition, share_hard=share_hard_negatives, normalized_inputs=normalized_inputs, stable=stable,
+                tau_plus=tau_plus, label_smoothing=label_smoothing,
+                lse_square_scale=lse_square_scale, where=where)
 
 
-def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, **kwargs):
-  return lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives, **kwargs)[0]
+def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, shared_negatives=None,
+                   **kwargs):
+  return lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives,
+                                   shared_negatives, **kwargs)[0]
 
 
 def siglip_loss_with_stats(image_features, text_features, *, temperature=0.1, bias=-10.0,
@@ -308,22 +392,27 @@ def _prefix_unit(v, m):
 
 
 def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],
-                                weights=None, normalized_inputs=False, **kwargs):
+                                weights=None, normalized_inputs=False, shared_negatives=None,
+                                **kwargs):
   """Fused Matryoshka semantics (docs/math.md §8.1): ``sum_k w_k loss_fn`` on fp32
   prefix unit vectors, with the per-dim stats stacked.
 
   The features are normalized once in their dtype (unless ``normalized_inputs``),
   then **every** prefix, the full one included, is renormalized in fp32.
-  ``dims[-1]`` must equal the feature size. ``loss_fn`` is one of this module's
+  ``dims[-1]`` must equal the feature size; ``shared_negatives`` (a keyword of the
+  loss) is cut like the features. ``loss_fn`` is one of this module's
   ``*_with_stats`` losses; returns ``(loss, stats)``, its stats with every field
   stacked per dim (``lse_row`` / ``lse_col`` [K, n]), ``matryoshka_losses`` [K].
   """
   d = features[0].shape[-1]
   dims = check_dims("dims", dims, d, last_equals_d=True)
   weights = check_weights("weights", weights, len(dims))
-  feats = [f if (f is None or normalized_inputs) else normalize(f) for f in features]
-  outs = [loss_fn(*[None if f is None else _prefix_unit(f, m) for f in feats],
-                  normalized_inputs=True, **kwargs) for m in dims]
+  feats = [f if (f is None or normalized_inputs) else normalize(f)
+           for f in features + (shared_negatives,)]
+  cut = lambda m: [None if f is None else _prefix_unit(f, m) for f in feats]
+  extra = lambda v: {} if shared_negatives is None else {"shared_negatives": v}
+  outs = [loss_fn(*cut(m)[:-1], **extra(cut(m)[-1]), normalized_inputs=True, **kwargs)
+          for m in dims]
   losses = jnp.stack([loss for loss, _ in outs])
   w = jnp.asarray(weights, losses.dtype)
   stack = lambda name: (None if getattr(outs[0][1], name) is None else

@@ -25,7 +25,8 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
 
   Returns ``f(*arrays, **kwargs)``: every array argument with a leading batch axis
   (positional, or a keyword such as a per-row ``tau_plus`` or ``where``; jax or numpy)
-  is split along it into contiguous shards, 0-d arrays (a learnable temperature) are
+  is split along it into contiguous shards (``shared_negatives`` along its own leading
+  axis, which must split evenly), 0-d arrays (a learnable temperature) are
   replicated, other keywords are passed through as static values, and
   ``loss_fn(..., axis_name=axis_name)`` runs once per device under ``jax.shard_map``.
   A global batch that does not split evenly is padded with removed rows: zero rows
@@ -61,8 +62,13 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
     # passed.
     abstract = lambda v: jax.ShapeDtypeStruct(np.shape(v), jnp.result_type(v))
     out_global = jax.eval_shape(whole, *jax.tree.map(abstract, (args, arrays)))
-    named = _named(loss_fn, args, arrays)
+    named = _named(loss_fn, args, {k: v for k, v in arrays.items() if k not in _COLUMNS})
     n = next((np.shape(v)[0] for _, v in named if np.ndim(v) > 0), 0)
+    for name in _COLUMNS:   # columns of every row, split by their own leading axis
+      if name in arrays and np.shape(arrays[name])[0] % size:
+        raise ValueError(f"{name} with shape {np.shape(arrays[name])} does not split into "
+                         f"{size} equal shards along mesh axis {axis_name!r}: pass a "
+                         f"multiple of {size} rows")
     for name, v in named:
       if np.ndim(v) > 0 and np.shape(v)[0] != n:
         raise ValueError(f"{name} with shape {np.shape(v)} does not share the leading batch "
@@ -77,7 +83,9 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
       arrays = dict(arrays, where=keep)
       grow = lambda v: v if np.ndim(v) == 0 else jnp.pad(
           jnp.asarray(v), [(0, pad)] + [(0, 0)] * (np.ndim(v) - 1))
+      cols = {k: arrays.pop(k) for k in _COLUMNS if k in arrays}
       args, arrays = jax.tree.map(grow, (args, arrays))
+      arrays.update(cols)
       out_global = jax.eval_shape(whole, *jax.tree.map(abstract, (args, arrays)))
     # The per-row outputs: those whose shape follows the batch (probed at twice it).
     double = lambda v: jax.ShapeDtypeStruct(
@@ -122,6 +130,11 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
     return jitted(args, arrays, static)
 
   return f
+
+
+# Keyword arrays that are columns of every row, not batch rows: split over the devices
+# by their own leading axis (each device's shard joins the global column set).
+_COLUMNS = ("shared_negatives",)
 
 
 def _takes_where(loss_fn) -> bool:

@@ -428,3 +428,46 @@ def test_siglip_triton(b, d, option, dtype):
     low = float(db(ref, [x, y], jnp.float32(0.1))(jnp.float32(-5.0)))
     tol = 2 * abs(low - want) / abs(want) + LOW[jnp.dtype(dtype)][1]
   assert abs(got - want) <= tol * abs(want), (got, want, tol)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("case", ["st_joint", "st_per_direction", "gte_where", "shared_qwen3",
+                                  "shared_lit_qwen3", "shared_clip", "shared_lit", "st_dims"])
+def test_porting_triton(case, dtype):
+  # sentence-transformers' layouts, the d-q group and shared columns on the kernels,
+  # against the float64 reference (with the false-negative mask where it drops
+  # entries: qwen3_batch's near-duplicates; tests/test_porting.py ties the reference
+  # to sentence-transformers itself).
+  b, d = (700, 384) if dtype == jnp.float32 else (2085, 512)
+  q, doc, h = qwen3_batch(b, b, d, 3, dtype)
+  cols = features(d, [(777, d)], dtype)[0]
+  qwen3 = lambda *a, **k: mj.qwen3_loss(*a, backend="triton", config=_cfg(d, dtype), **k)
+  kw, arrays, fn, ref, t = {}, [q, doc, h], qwen3, reference.qwen3_loss, 0.07
+  if case == "st_joint":
+    kw = dict(use_qq_negatives=True, use_dq_negatives=True, use_dd_negatives=True,
+              share_hard_negatives=True, margin=0.05, label_smoothing=0.1)
+  elif case == "st_per_direction":
+    kw = dict(use_dq_negatives=True, partition="per_direction", share_hard_negatives=True,
+              margin=0.05, tau_plus=0.05)
+    t = 0.5   # (a loss far from 0: debiasing the near-duplicates would cancel it)
+  elif case == "gte_where":
+    kw = dict(use_qq_negatives=True, use_dq_negatives=True, use_dd_negatives=True,
+              margin=2.0, where=where_mask(b))
+    arrays = [q, doc]
+  elif case == "st_dims":   # MatryoshkaLoss around MNRL (no mask): one block per dim,
+    # against the eager reference, which rounds each 16-bit prefix as that path does
+    dims = (64, 128, 256, d)
+    own = dict(use_dq_negatives=True, use_dd_negatives=True, share_hard_negatives=True,
+               margin=2.0)
+    fn = lambda *a, **k: qwen3(*a, matryoshka_dims=dims, **own, **k)
+    ref = eager_matryoshka(reference.qwen3_loss_with_stats, dims, (1.0,) * 4, **own)
+  else:
+    family = case.removeprefix("shared_")
+    fn = lambda *a, **k: getattr(mj, f"{family}_loss")(
+        *a[:2], shared_negatives=a[2], backend="triton", config=_cfg(d, dtype), **k)
+    ref = lambda *a, **k: getattr(reference, f"{family}_loss")(*a[:2], shared_negatives=a[2],
+                                                                  **k)
+    arrays = [q, doc, cols]
+    kw = dict(margin=0.05, use_dd_negatives=True) if family == "qwen3" else (
+        dict(margin=0.05) if family == "lit_qwen3" else dict(label_smoothing=0.1))
+  compare(fn, ref, arrays, dtype=dtype, temperature=t, **kw)

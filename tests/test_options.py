@@ -108,9 +108,10 @@ _MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "normalized_inp
                   "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
                   "deterministic", "config"]
 _SOFTMAX_ONLY = ["tau_plus", "label_smoothing", "lse_square_scale"]
+_PORTING = ["use_dq_negatives", "partition", "share_hard_negatives"]
 _OWN = {"CLIPLoss": [], "LiTLoss": [], "Qwen3Loss": ["margin", "use_qq_negatives",
-                                                     "use_dd_negatives"],
-        "LiTQwen3Loss": ["margin", "use_qq_negatives"], "SigLIPLoss": ["bias"]}
+                                                     "use_dd_negatives"] + _PORTING,
+        "LiTQwen3Loss": ["margin", "use_qq_negatives"] + _PORTING, "SigLIPLoss": ["bias"]}
 _FUNCTIONS = {"CLIPLoss": "clip_loss", "LiTLoss": "lit_loss", "Qwen3Loss": "qwen3_loss",
               "LiTQwen3Loss": "lit_qwen3_loss", "SigLIPLoss": "siglip_loss"}
 

@@ -61,8 +61,9 @@ class ReferenceBackend:
     if axis_name is not None:
       raise ValueError("backend='reference' is single-device: it has no axis_name ring")
     normalized_inputs = options.pop("normalized_inputs")
+    shared = {k: options.pop(k) for k in ("shared_negatives",) if k in options}
     ref = functools.partial(oracle, **options)
     if dims is None:
-      return ref(*arrays, normalized_inputs=normalized_inputs)
+      return ref(*arrays, normalized_inputs=normalized_inputs, **shared)
     return reference.matryoshka_fused_with_stats(
-        ref, *arrays, dims=dims, weights=weights, normalized_inputs=normalized_inputs)
+        ref, *arrays, dims=dims, weights=weights, normalized_inputs=normalized_inputs, **shared)

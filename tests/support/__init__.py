@@ -21,6 +21,9 @@ re-exported, and no test module imports another test module.
                 (the fixed default sample of a product, the rest marked slow);
                 ``kernel_path_config`` (one Triton kernel path under the interpreter);
                 ``jaxpr_eqns``.
+``st_reference`` float64 jax transcription of sentence-transformers 6.3.0's
+                ``MultipleNegativesRankingLoss`` (``mnrl``, ``gte``), checked against
+                the library; the oracle of tests/test_porting.py.
 ``towers``      two MLP towers for grad_cache: ``params``, ``batch``, ``embed``,
                 ``loss(family)``, ``plain`` (the oracle) and ``assert_close``.
 ``compile``     ``compile_kernel``: a Triton kernel compiled for a CUDA target without a

@@ -90,13 +90,20 @@ def resolve_plan(key: PlanKey) -> Plan:
     ladder = Ladder.of(key.dims, cfg.fwd.block_d)
   paired = paired_config(cfg, key.d, itemsize, key.smem_kib)
   fused = paired
-  if not user_tiles:
+  if not user_tiles and key.interpret:
     # The sigmoid's forward epilogue keeps more of the tile live than the softmax's
-    # (and c s for a learned temperature): at most 32 entries a thread. With 64 x 128
-    # and 4 warps it spilled (B = 65536, D = 512, learned t and b: 70.8 ms; fixed ones
-    # 43.5; 8 warps 39.9, benchmarks/results/h200_siglip_slabs.csv).
+    # (and c s for a learned temperature): at most 32 entries a thread.
     warps = max(paired.bwd.num_warps, paired.bwd.block_m * paired.bwd.block_n // 1024)
     fused = paired.evolve(bwd=dict(num_warps=warps))
+  elif not user_tiles:
+    # 64 x 64 tiles with 4 warps (32 entries a thread: with 64 x 128 and 4 warps it
+    # spilled) and slabs of at least 2048 rows (one pass writes every coefficient, so
+    # a thin slab starves the XLA dots that follow): B = 65536, D = 512, learned t and
+    # b, 58.2 -> 42.8 ms for 0.61 -> 0.93 GiB; B = 16384 3.49 -> 3.43 ms (64 MiB
+    # slabs either way; benchmarks/results/h200_siglip_fused_slabs.csv; against the
+    # other tiles and warps: h200_siglip_fused_tiles.csv, docs/benchmarks.md "SigLIP").
+    fused = paired.evolve(bwd=dict(block_m=64, block_n=64, num_warps=4),
+                          budgets=dict(min_slab_rows=max(2048, paired.budgets.min_slab_rows)))
   return Plan(config=cfg, paired=paired, fused=fused, ladder=ladder, user_tiles=user_tiles)
 
 
