@@ -27,6 +27,11 @@ from memeff_jax._validation import check_dims, check_weights
 MAX_LOGIT_SCALE = 100.0
 
 
+# The arrays a call may leave out (None), after the required ones.
+OPTIONAL_ARRAYS = ("hard_negatives", "shared_negatives")
+_SHARED_DOC = "optional [n, d]: columns every row competes with (docs/math.md §6.1)."
+
+
 @dataclasses.dataclass(frozen=True)
 class Spec:
   """One loss family as the wrappers see it."""
@@ -35,7 +40,7 @@ class Spec:
   loss: Callable                  # the loss function, and its ``*_with_stats`` twin
   with_stats: Callable
   section: str                    # its docs/math.md section
-  arrays: dict[str, str]          # the arrays of a call -> their doc; hard_negatives optional
+  arrays: dict[str, str]          # the arrays of a call -> their doc (OPTIONAL_ARRAYS: =None)
   what: str                       # what a call's loss is of
   about: str = ""                 # who is trained, who is locked
   options: tuple[str, ...] = ()   # the family's own options (rows of the options table)
@@ -72,22 +77,25 @@ class Spec:
 SPECS = (
     Spec("CLIP", clip.clip_loss, clip.clip_loss_with_stats, "§4",
          {"image_features": "[batch, d], the softmax rows.",
-          "text_features": "[batch, d], the softmax columns."},
+          "text_features": "[batch, d], the softmax columns.",
+          "shared_negatives": _SHARED_DOC + " The rows' softmax only."},
          "image and text features"),
     Spec("LiT", lit.lit_loss, lit.lit_loss_with_stats, "§5",
-         {"text_features": "[batch, d], trained.", "image_features": "[batch, d], locked."},
+         {"text_features": "[batch, d], trained.", "image_features": "[batch, d], locked.",
+          "shared_negatives": _SHARED_DOC + " Locked."},
          "text (trained) and image (locked) features",
          "The first argument (text) is trained; the second (image) is locked and gets an "
          "exact zero gradient (memeff: ``None``)."),
     Spec("Qwen3", qwen3.qwen3_loss, qwen3.qwen3_loss_with_stats, "§6",
          {"query_features": "[batch, d].",
           "doc_features": "[batch, d]; document i is query i's positive.",
-          "hard_negatives": "optional [batch, k, d]."},
+          "hard_negatives": "optional [batch, k, d].", "shared_negatives": _SHARED_DOC},
          "queries, documents and optional hard negatives",
          options=qwen3.QWEN3.options),
     Spec("LiTQwen3", qwen3.lit_qwen3_loss, qwen3.lit_qwen3_loss_with_stats, "§6",
          {"query_features": "[batch, d], trained.", "doc_features": "[batch, d], locked.",
-          "hard_negatives": "optional [batch, k, d], locked."},
+          "hard_negatives": "optional [batch, k, d], locked.",
+          "shared_negatives": _SHARED_DOC + " Locked."},
          "queries (trained), documents and hard negatives (locked)",
          "Only the queries are trained; documents and hard negatives are locked. No "
          "``use_dd_negatives``.", options=qwen3.LIT_QWEN3.options),
@@ -117,7 +125,7 @@ def module_doc(spec: Spec, call: str, stats: str, first: str = "") -> str:
   head = fill(f":func:`memeff_jax.{spec.function}` with a learnable {learned} "
               f"(docs/math.md {spec.section}, §7.4).", "  ").lstrip()
   about = f"\n\n{fill(spec.about)}" if spec.about else ""
-  arrays = ", ".join(a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays)
+  arrays = ", ".join(a + ("=None" if a in OPTIONAL_ARRAYS else "") for a in spec.arrays)
   keywords = ", ".join(f"{k}=None" for k in spec.call_keywords)
   tau_plus = ("A per-call ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides "
               "the module's; " if "tau_plus" in spec.call_keywords else "")
@@ -186,13 +194,13 @@ def module_methods(spec: Spec, stats: Callable, owner: str) -> tuple[Callable, C
 
 def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> Callable:
   """The method ``owner.name(self, <spec's arrays>, *, tau_plus=None, where=None)``
-  (the family's array names, ``hard_negatives=None`` optional; its call keywords: no
+  (the family's array names, ``OPTIONAL_ARRAYS`` defaulting to None; its call keywords: no
   ``tau_plus`` for SigLIP) returning ``body(self, *arrays, tau_plus=..., where=...)``.
 
   Written out and compiled, as ``dataclasses`` writes ``__init__``: a real signature,
   so a bad call raises Python's own TypeError naming the method and the argument.
   """
-  arrays = [a + ("=None" if a == "hard_negatives" else "") for a in spec.arrays]
+  arrays = [a + ("=None" if a in OPTIONAL_ARRAYS else "") for a in spec.arrays]
   keywords = spec.call_keywords
   source = (f"def {name}(self, {', '.join(arrays)}, *, "
             f"{', '.join(k + '=None' for k in keywords)}):\n"
@@ -206,7 +214,7 @@ def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> 
   method.__module__ = getattr(body, "func", body).__module__   # the wrapper's module
   method.__doc__ = doc
   method.__annotations__ = {
-      **{a: "ArrayLike | None" if a == "hard_negatives" else "ArrayLike" for a in spec.arrays},
+      **{a: "ArrayLike | None" if a in OPTIONAL_ARRAYS else "ArrayLike" for a in spec.arrays},
       **{k: "ArrayLike | None" for k in keywords}, "return": "jax.Array"}
   return method
 

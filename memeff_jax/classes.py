@@ -193,7 +193,10 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
   return plain, mrl, dist[0], dist[1]
 
 
-_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = SPECS[:4]   # memeff has no SigLIP class
+# memeff has no SigLIP class, and its calls take no shared negative columns.
+_CLIP, _LIT, _QWEN3, _LIT_QWEN3 = (
+    dataclasses.replace(s, arrays={a: d for a, d in s.arrays.items() if a != "shared_negatives"})
+    for s in SPECS[:4])
 (MemoryEfficientCLIPLoss, MemoryEfficientMatryoshkaCLIPLoss, DistributedMemoryEfficientCLIPLoss,
  DistributedMemoryEfficientMatryoshkaCLIPLoss) = _family(_CLIP)
 (MemoryEfficientLiTLoss, MemoryEfficientMatryoshkaLiTLoss, DistributedMemoryEfficientLiTLoss,

@@ -446,3 +446,23 @@ def test_siglip_bad_initial_bias(framework):
     cls(bias=float("inf"))
   with pytest.raises(TypeError, match="bias must be a Python float"):
     cls(bias=jnp.float32(-10.0))
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
+def test_shared_negatives_reach_the_loss(framework, family):
+  # A call's shared_negatives (after the family's arrays) go to the function.
+  name, fn, n, opts = _spec(family)
+  x, y, h, _ = _data()
+  cols = jax.random.normal(jax.random.key(3), (5, D))
+  arrays = [x, y, h][:n] + ([None] if n == 2 else []) if "qwen3" in family else [x, y]
+  kw = dict(opts, backend="blockwise")
+  want = fn(*arrays, cols, temperature=0.1, **kw)[0]
+  plain = fn(*arrays, temperature=0.1, **kw)[0]
+  if framework == "nnx":
+    got = getattr(mnnx, name)(temperature=0.1, **kw)(*arrays, cols)
+  else:
+    module = getattr(mlinen, name)(temperature=0.1, **kw)
+    got = module.apply(module.init(jax.random.key(0), *arrays, cols), *arrays, cols)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  assert abs(float(want) - float(plain)) > 1e-3   # the columns count
