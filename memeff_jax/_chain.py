@@ -307,12 +307,18 @@ def pair_head(ctx: Ctx, towers, *, two_sided: bool, shared: Tower | None = None)
   lse_s, _, max_s, _ = ctx.block(x, shared)
   lse_row = _terms.masked_lse(jnp.stack([lse_row, lse_s]), True, axis=0)
   max_row = None if max_row is None else jnp.maximum(max_row, max_s)
-  a_row = lambda: a() + jnp.sum(ctx.tower_sum(x) * ctx.tower_sum(shared), axis=-1)
   n_row = ctx.batch - 1 + shared.v.shape[0] * ring_size(ctx.axis_name)
+
+  def crosses():   # the rows' A also over the shared columns; the columns' without
+    sum_x = ctx.tower_sum(x)
+    a_xy = jnp.sum(sum_x * ctx.tower_sum(y), axis=-1)
+    a_row = a_xy + jnp.sum(sum_x * ctx.tower_sum(shared), axis=-1)
+    return [a_row, a_xy] if two_sided else [a_row]
+
   if two_sided:
     return Head([lse_row, lse_col], [max_row, max_col], ctx.sims(x, y),
-                [n_row, ctx.batch - 1], lambda: [a_row(), a()])
-  return Head([lse_row], [max_row], ctx.sims(x, y), [n_row], lambda: [a_row()])
+                [n_row, ctx.batch - 1], crosses)
+  return Head([lse_row], [max_row], ctx.sims(x, y), [n_row], crosses)
 
 
 def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], name: str,

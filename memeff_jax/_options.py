@@ -19,8 +19,9 @@ import jax.numpy as jnp
 
 from memeff_jax import backends
 from memeff_jax._validation import (Backend, as_array, check_axis, check_config, check_dims,
-                                    check_finite, check_flag, check_range, check_tau_plus,
-                                    check_temperature, check_weights, check_where)
+                                    check_finite, check_flag, check_partition, check_range,
+                                    check_tau_plus, check_temperature, check_weights,
+                                    check_where)
 from memeff_jax.config import KernelConfig
 from memeff_jax.config.matryoshka import per_dim_choice
 
@@ -93,16 +94,6 @@ def _per_dim(v, c: Call) -> bool:
     return False
   default = be.default_config(c.d, c.arrays[0][1].dtype).matryoshka_per_dim
   return per_dim_choice(v, c.got["config"], default)
-
-
-def _partition(v, c: Call) -> str:
-  if v not in ("joint", "per_direction"):
-    raise ValueError(f"partition must be 'joint' or 'per_direction', got partition={v!r}")
-  groups = [g for g in ("use_qq_negatives", "use_dd_negatives") if c.got.get(g)]
-  if v == "per_direction" and groups:
-    raise ValueError(f"partition='per_direction' has a q->d and a d->q softmax only; "
-                     f"{' and '.join(groups)}=True need partition='joint'")
-  return v
 
 
 # Rows in the order the chain checks them (an error names the first bad option).
@@ -219,7 +210,8 @@ TABLE = (
       "per_direction": the q->d softmax (with the hard and shared negatives) and, with
       ``use_dq_negatives``, a d->q softmax over the queries, averaged
       (sentence-transformers' ``partition_mode``; no q-q or d-d groups there).""",
-           check=lambda v, c: _partition(v, c), type=str,
+           check=lambda v, c: check_partition(v, c.got.get("use_qq_negatives"),
+                                              c.got.get("use_dd_negatives")), type=str,
            raises=((ValueError, "an unknown ``partition`` or q-q / d-d groups with "
                                 "``partition=\"per_direction\"``"),)),
     Option("margin", 0.1, """>= 0 (float or 0-d array), raw-cosine units: an entry of row i is

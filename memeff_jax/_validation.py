@@ -93,6 +93,19 @@ def check_shared_negatives(h, d: int, dtype) -> None:
                     f"shared_negatives.dtype={h.dtype}")
 
 
+def check_partition(partition, use_qq: bool, use_dd: bool) -> str:
+  """``partition``: "joint" or "per_direction"; the q-q and d-d groups have no softmax
+  of their own, so "per_direction" takes neither."""
+  if partition not in ("joint", "per_direction"):
+    raise ValueError(f"partition must be 'joint' or 'per_direction', got "
+                     f"partition={partition!r}")
+  groups = [g for g, on in (("use_qq_negatives", use_qq), ("use_dd_negatives", use_dd)) if on]
+  if partition == "per_direction" and groups:
+    raise ValueError(f"partition='per_direction' has a q->d and a d->q softmax only; "
+                     f"{' and '.join(groups)}=True need partition='joint'")
+  return partition
+
+
 def _scalar(name: str, v):
   """A Python number stays one; anything else must be a 0-d floating array."""
   if isinstance(v, bool):

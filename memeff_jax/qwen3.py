@@ -23,10 +23,10 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
           partition: str = "joint", share_hard_negatives: bool = False,
           shared: _chain.Tower | None = None) -> _chain.Head:
   q, d, h = towers
+  spread = spread_cols = None
   if h is not None and share_hard_negatives:   # the hard negatives as columns of every row
     h, spread = None, h
-  else:
-    spread = None
+    spread_cols = _chain.flat(spread)
   pos = ctx.sims(q, d)                                          # [K, n] s(q_i, d_i)
   # Row i keeps an entry iff s <= pos_i + margin + MARGIN_TIE (raw cosine, non-strict;
   # the tie tolerance keeps exact duplicates of the positive whichever way they round),
@@ -41,7 +41,7 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
   if shared is not None:
     parts.append(row(q, shared))
   if spread is not None:   # every row's (one block), and d_i's but its own (one block each)
-    parts.append(row(q, _chain.flat(spread)))
+    parts.append(row(q, spread_cols))
   if use_qq_negatives:
     parts.append(row(q, None, exclude_self=True, symmetric=True))
   if use_dd_negatives:
@@ -75,7 +75,7 @@ def _head(ctx: _chain.Ctx, towers, *, margin, use_qq_negatives: bool,
     sum_q, sum_d = ctx.tower_sum(q), ctx.tower_sum(d)
     a_qd = jnp.sum(sum_q * sum_d, axis=-1)
     a = a_qd
-    for cols in (shared, spread and _chain.flat(spread)):
+    for cols in (shared, spread_cols):
       if cols is not None:
         sum_c = ctx.tower_sum(cols)
         a += jnp.sum(sum_q * sum_c, axis=-1)

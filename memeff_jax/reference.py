@@ -17,7 +17,8 @@ from jax import lax
 from memeff_jax._checkify import value_checks
 from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, normalize, poison,
                                stable_scale)
-from memeff_jax._validation import check_dims, check_negatives, check_weights
+from memeff_jax._validation import (check_dims, check_negatives, check_partition,
+                                    check_weights)
 from memeff_jax.matryoshka import matryoshka
 
 __all__ = ["clip_loss", "clip_loss_with_stats", "lit_loss", "lit_loss_with_stats", "qwen3_loss",
@@ -303,13 +304,6 @@ def _qwen3(q, d, h, shared, *, temperature, margin, use_qq, use_dd, use_dq, part
                                 accuracy_row=acc[0], accuracy_col=acc[1] if per_dir else None)
 
 
-def _check_partition(partition, use_qq, use_dd):
-  if partition not in ("joint", "per_direction"):
-    raise ValueError(f"partition must be 'joint' or 'per_direction', got {partition!r}")
-  if partition == "per_direction" and (use_qq or use_dd):
-    raise ValueError("partition='per_direction' takes no q-q or d-d groups")
-
-
 def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
                           shared_negatives=None, *, temperature=0.07, margin=0.1,
                           use_qq_negatives=False, use_dd_negatives=False,
@@ -318,7 +312,7 @@ def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
                           lse_square_scale=0.0, where=None):
   """Dense Qwen3-Embedding InfoNCE with the false-negative mask, the shared negatives,
   the q-q / d-d / d-q groups and the partitions (docs/math.md §6)."""
-  _check_partition(partition, use_qq_negatives, use_dd_negatives)
+  check_partition(partition, use_qq_negatives, use_dd_negatives)
   return _qwen3(query_features, doc_features, hard_negatives, shared_negatives,
                 temperature=temperature, margin=margin, use_qq=use_qq_negatives,
                 use_dd=use_dd_negatives, use_dq=use_dq_negatives, partition=partition,
@@ -342,7 +336,7 @@ def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
                               where=None):
   """Dense LiT-Qwen3: documents, hard and shared negatives locked, no d-d group
   (docs/math.md §6)."""
-  _check_partition(partition, use_qq_negatives, False)
+  check_partition(partition, use_qq_negatives, False)
   lock = lambda v: None if v is None else lax.stop_gradient(v)
   return _qwen3(query_features, lock(doc_features), lock(hard_negatives),
                 lock(shared_negatives), temperature=temperature, margin=margin,
