@@ -83,15 +83,15 @@ SLAB_CANDIDATES = [_S(1024, 64, 128, 64, 4, 4), _S(2048, 64, 128, 64, 4, 4),
                    _S(2048, 64, 64, 64, 4, 4), _S(2048, 64, 256, 64, 8, 3),
                    dict(bwd_pair_max_batch=0)]   # (last: no pairing, whatever the batch)
 # SigLIP's fused gradient (coefficient slabs from the forward, learned t and b): slab
-# height, tile, feature chunk and warps.
+# height, tile, feature chunk, warps and stages (the epilogue runs in column chunks of
+# at most 32 entries a thread).
 _G = lambda rows, m, n, k, w, st: _tb(m, n, k, w, st, bwd_pair=True, min_slab_rows=rows)
-SIGLIP_CANDIDATES = [_G(2048, 64, 64, 64, 4, 4), _G(2048, 64, 128, 64, 8, 4),
-                     _G(2048, 128, 64, 64, 8, 4), _G(2048, 128, 128, 64, 16, 3),
-                     _G(2048, 128, 128, 64, 16, 4), _G(2048, 128, 128, 64, 8, 3),
-                     _G(4096, 64, 64, 64, 4, 4), _G(4096, 128, 128, 64, 16, 3),
-                     _G(1024, 64, 64, 64, 4, 4), _G(2048, 64, 64, 64, 8, 4),
-                     _G(512, 128, 128, 64, 16, 3), _G(1024, 128, 128, 64, 16, 3),
-                     dict(bwd_pair_max_batch=0)]
+SIGLIP_CANDIDATES = [_G(2048, 64, 64, 64, 4, 4), _G(4096, 64, 64, 64, 4, 4),
+                     _G(2048, 128, 128, 64, 8, 3), _G(8192, 128, 128, 64, 8, 3),
+                     _G(16384, 128, 128, 64, 8, 3), _G(4096, 128, 128, 64, 8, 4),
+                     _G(4096, 128, 128, 128, 8, 2), _G(4096, 128, 128, 128, 8, 3),
+                     _G(4096, 128, 256, 64, 8, 3), _G(4096, 64, 128, 64, 4, 4),
+                     _G(4096, 256, 128, 64, 8, 2), dict(bwd_pair_max_batch=0)]
 # Matryoshka: the tiled forward with the default 64 x 64 tiles, then gradient
 # candidates (FlashAttention-shaped with several tiles; the tiled one unpaired and
 # paired), then forward candidates.

@@ -291,8 +291,8 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
 # use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
 # parts have the same 99 KiB).
 SMALLER_GPUS = [(80, 163), (86, 99)]
-_SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl"], [64, 128, 200, 384, 512,
-                                                                    1024, 1152],
+_SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl", "siglip"],
+                                     [64, 128, 200, 384, 512, 1024, 1152],
                                      [jnp.bfloat16, jnp.float32]))
 
 
@@ -319,7 +319,7 @@ def _launches(monkeypatch, family, d, dtype, smem_kib):
   if family == "clip_mrl":   # one block: its own forward and gradient tiles
     kw.update(matryoshka_dims=(d // 4, d // 2, d), config=dataclasses.replace(
         launch.TritonBackend().default_config(d, dtype), matryoshka_per_dim=False))
-  fn = mj.lit_loss if family == "lit" else mj.clip_loss
+  fn = {"lit": mj.lit_loss, "siglip": mj.siglip_loss}.get(family, mj.clip_loss)
   step = jax.grad(lambda a, b, t: fn(a, b, temperature=t, **kw), argnums=(0, 1, 2))
   for b in (300, 65536):   # (shapes only) small blocks pair their gradient, large do not
     x = jax.ShapeDtypeStruct((b, d), dtype)

@@ -17,6 +17,7 @@ from tests.support import towers
 from tests.support.check import compare
 from tests.support.data import (BOUNDED_CASES, decisive_margin, features, graded_rows,
                                 qwen3_batch, where_mask, with_exact_ties)
+from tests.support.elementwise import sigmoid_softplus_errors
 from tests.support.families import FAMILIES, eager_matryoshka
 from tests.support.oracle import block_lse64, count_pairs, count_qwen3
 from tests.support.tolerances import FP32, LOW
@@ -42,6 +43,13 @@ def test_clip_lit_triton(loss, dtype, b, d):
   compare(lambda *a, **k: fn(*a, backend="triton", config=_cfg(d, dtype), **k), ref, [x, y],
           dtype=dtype, tau_plus=0.1 if b % 2 and b > 1 else 0.0, label_smoothing=0.1,
           lse_square_scale=1e-3)
+
+
+def test_sigmoid_softplus_triton():
+  # test_numerics.py's check on the GPU, whose exponential (ex2.approx of a rounded
+  # exponent) and division (div.full) are approximate: within 8 ulp (9.6e-7) relative,
+  # plus the exponent's 2^-24 |u| (tests.support.elementwise).
+  assert sigmoid_softplus_errors(interpret=False, tol=9.6e-7) <= 1.0
 
 
 @pytest.mark.parametrize("lit", [False, True])

@@ -12,6 +12,7 @@ from memeff_jax.backends.triton import backend as launch
 from memeff_jax.backends.triton.backward import SHARED_SPAN
 from tests.support.check import kernel_path_config, sampled
 from tests.support.data import BOUNDED_CASES, graded_rows
+from tests.support.elementwise import sigmoid_softplus_errors
 from tests.support.families import BACKENDS, FAMILIES
 from tests.support.oracle import block_lse64
 from tests.support.tolerances import FP32, LOW, grad_err, rel_err
@@ -94,6 +95,14 @@ def test_debias_qwen3_masked_and_clamped(backend):
   _check(lambda a, b, c: qwen3_loss(a, b, c, tau_plus=tau, backend=backend, **kw),
          lambda a, b, c: reference.qwen3_loss(a, b, c, tau_plus=jnp.asarray(tau), **kw),
          [x, y, h], val_rtol=1e-3, grad_tol=1e-3)
+
+
+def test_sigmoid_softplus_to_fp32_rounding():
+  # The kernels' sigmoid and softplus (SigLIP's coefficient and loss terms) under the
+  # interpreter, against float64 over every fp32 u that matters, +-inf and -0: within
+  # 4 ulp (4.8e-7) relative (tests.support.elementwise); the GPU's approximate
+  # exponential and division in test_gpu.py::test_sigmoid_softplus_triton.
+  assert sigmoid_softplus_errors(interpret=True, tol=4.8e-7) <= 1.0
 
 
 def test_tiny_loss_is_accurate():

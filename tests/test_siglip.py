@@ -87,11 +87,14 @@ def test_low_precision_against_the_float64_reference(backend, dtype):
 
 @pytest.mark.parametrize("path,option", [("tiled", None), ("partials", "dims"),
                                          ("paired", "where"), ("paired", None),
-                                         ("tiled", "dims+where"), ("tiled_paired", "dims")])
+                                         ("tiled", "dims+where"), ("tiled_paired", "dims"),
+                                         ("epilogue_halves", "where"),
+                                         ("epilogue_quarters", None)])
 def test_kernels_under_the_interpreter(path, option):
   # The Triton kernels' sigmoid epilogues (tiled forward; FlashAttention-shaped, tiled,
   # paired and Matryoshka gradients; paired plain blocks compute the gradient in the
-  # forward pass, _core._fuses) on tiles small enough for several per block, fp32
+  # forward pass, _core._fuses, in 1, 2 or 4 column chunks a tile) on tiles small
+  # enough for several per block, fp32
   # against the float64 formula on the same inputs: value and the gradients of x, y,
   # t and b within tests.support.tolerances.FP32.
   b, d = 45, 40

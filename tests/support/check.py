@@ -93,7 +93,8 @@ def kernel_path_config(path, d, dtype):
   with tiles small enough that batches of a few dozen rows span several tiles and,
   tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
-  64-row slabs)."""
+  64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
+  sigmoid epilogue in the forward runs in 2 / 4 column chunks)."""
   cfg = default_config(d, dtype, interpret=True)
   # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
   tiles = dict(fwd=dict(block_m=32, block_n=64, block_d=32),
@@ -109,6 +110,12 @@ def kernel_path_config(path, d, dtype):
       "tiled_paired": dict(tiles, algorithm=dict(tiled, bwd_pair=True)),
       "paired": dict(algorithm=dict(bwd_pair=True),
                      budgets=dict(slab_kib=1, min_slab_rows=1)),
+      # tiled_paired with tiles of 64 / 128 fp32 entries a thread (one warp): a sigmoid
+      # block's epilogue in the forward then runs in 2 / 4 column chunks
+      "epilogue_halves": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
+                              bwd=dict(block_m=32, block_n=64, block_d=32, num_warps=1)),
+      "epilogue_quarters": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
+                                bwd=dict(block_m=32, block_n=128, block_d=32, num_warps=1)),
   }[path])
 
 

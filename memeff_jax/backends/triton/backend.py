@@ -20,6 +20,7 @@ from memeff_jax.backends.triton.backward import lse_bwd
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
 from memeff_jax.config import KernelConfig, default_config, matryoshka_config, paired_config
+from memeff_jax.config.smem import fewer_stages, smem_bytes, smem_limit
 
 
 @functools.cache
@@ -96,14 +97,17 @@ def resolve_plan(key: PlanKey) -> Plan:
     warps = max(paired.bwd.num_warps, paired.bwd.block_m * paired.bwd.block_n // 1024)
     fused = paired.evolve(bwd=dict(num_warps=warps))
   elif not user_tiles:
-    # 64 x 64 tiles with 4 warps (32 entries a thread: with 64 x 128 and 4 warps it
-    # spilled) and slabs of at least 2048 rows (one pass writes every coefficient, so
-    # a thin slab starves the XLA dots that follow): B = 65536, D = 512, learned t and
-    # b, 58.2 -> 42.8 ms for 0.61 -> 0.93 GiB; B = 16384 3.49 -> 3.43 ms (64 MiB
-    # slabs either way; benchmarks/results/h200_siglip_fused_slabs.csv; against the
-    # other tiles and warps: h200_siglip_fused_tiles.csv, docs/benchmarks.md "SigLIP").
-    fused = paired.evolve(bwd=dict(block_m=64, block_n=64, num_warps=4),
-                          budgets=dict(min_slab_rows=max(2048, paired.budgets.min_slab_rows)))
+    # 128 x 128 tiles with 8 warps (the sigmoid epilogue in two column chunks of 32
+    # entries a thread) and 512 MiB slabs (one pass writes every coefficient, so a thin
+    # slab starves the XLA dots that follow): B = 65536, D = 512, learned t and b,
+    # 4096-row slabs, 31.5 ms (64 x 64 tiles, 4 warps, 2048 rows: 36.9) for 1.18 GiB;
+    # B = 16384 in one slab 2.20 ms (4096 rows: 2.47)
+    # (benchmarks/results/h200_siglip_chunked_tiles.csv, docs/benchmarks.md "SigLIP").
+    # Fitted as the other tiles are: fewer stages where the GPU's shared memory is less.
+    fused = fewer_stages(
+        paired.evolve(bwd=dict(block_m=128, block_n=128, num_warps=8, num_stages=3),
+                      budgets=dict(slab_kib=max(2**19, paired.budgets.slab_kib))),
+        lambda c: smem_bytes(c, key.d, itemsize)[1], smem_limit(key.smem_kib))
   return Plan(config=cfg, paired=paired, fused=fused, ladder=ladder, user_tiles=user_tiles)
 
 

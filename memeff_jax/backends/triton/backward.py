@@ -15,7 +15,8 @@ from memeff_jax import _compat
 from memeff_jax.backends.triton.call import (LN2, LOG2E, bias_args, call, cdiv, chunks,
                                              dot_precision, offsets as stack_offsets,
                                              prefix_args, slab_loop, slab_rows, splits)
-from memeff_jax.backends.triton.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
+from memeff_jax.backends.triton.grad_bwd import (EPI_ENTRIES, _lse_bwd_kernel,
+                                                 _tile_coef_bwd_kernel)
 from memeff_jax.config import KernelConfig
 
 # The widest spread (log2 units) of a block's row and column log-sum-exps for which the
@@ -216,6 +217,9 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
   tile_flags["TILE_SHIFT"] = flags["HAS_ROW"] and flags["HAS_COL"]
   tile_flags["FWD"] = c.fwd
+  # FWD: the sigmoid epilogue in column chunks of at most EPI_ENTRIES entries a thread
+  tile_flags["EPI_SPLIT"] = min(4, max(1, bm * bn // (32 * config.bwd.num_warps *
+                                                      EPI_ENTRIES))) if c.fwd else 1
   f32 = jnp.float32
   per_row = lambda want: jax.ShapeDtypeStruct((k, col_tiles, rows) if want else (1,), f32)
   out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype), per_row(want_cs),

@@ -15,6 +15,10 @@ from memeff_jax.backends.triton._common import (coefficient, drop_pairs, load_bi
                                                 logits, row_stats, sigmoid_softplus,
                                                 similarity, tile_origin, tile_similarity)
 
+# fp32 entries of a tile that one thread's epilogue may work on at once (FWD): the
+# sigmoid epilogue keeps several temporaries an entry, so past 32 it spills (sm_90).
+EPI_ENTRIES = 32
+
 
 @triton.jit
 def _lse_bwd_kernel(
@@ -238,7 +242,7 @@ def _tile_coef_bwd_kernel(
     WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
     K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
     TILE_SHIFT: tl.constexpr, SPAN: tl.constexpr, SIGMOID: tl.constexpr,
-    FWD: tl.constexpr = False,
+    FWD: tl.constexpr = False, EPI_SPLIT: tl.constexpr = 1,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -264,7 +268,8 @@ def _tile_coef_bwd_kernel(
   FWD (a plain one-sided sigmoid block): the forward's statistics from the same tiles,
   the per-tile sums of softplus(z + b) and maxima of z (``_tile_lse_fwd_kernel``'s),
   with sigmoid(z + b) from the same exponential (``sigmoid_softplus``): the gradient
-  for the row cotangents g_r computed in the forward pass (``fwd_grad``).
+  for the row cotangents g_r computed in the forward pass (``fwd_grad``), in
+  EPI_SPLIT column chunks (``fwd_epilogue``).
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   tl.static_assert(not FWD or (SIGMOID and K == 1 and HAS_ROW and not HAS_COL and not ROW_THR))
@@ -277,56 +282,141 @@ def _tile_coef_bwd_kernel(
   local = local0 + tl.arange(0, BLOCK_M)
   in_rows = rows < n
   zeros = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-  suffix = zeros  # C^k
-  for k in tl.static_range(K - 1, -1, -1):
-    # dim k's prefix dot: chunks [0, end of dim k) (constexpr bound, inlined)
-    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, zeros, 0, (SEGS >> (16 * k)) & 0xFFFF,
-                        D, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
-    if HAS_TAB:
-      a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
-      b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
-      s = s * a[:, None] * b[None, :]
-    lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
-                                  in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-    if FWD:   # z as the forward takes it, removed rows dropped too (their c must be 0)
-      z = logits(s, scale2, load_bias(xb_ptr, rows, HAS_MASK), load_bias(yb_ptr, cols, HAS_MASK),
-                 HAS_MASK, True)
-      z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M,
-                     BLOCK_N, EXCLUDE_SELF)
-      if row0 + BLOCK_M > n:
-        z = tl.where(in_rows[:, None], z, float("-inf"))
-      # The forward's row statistics reduced as soon as their tile is formed: kept to
-      # the stores, z and the softplus tile held twice the registers (sm_90, 64 x 64
-      # tile, 4 warps: 245 -> 128 a thread, so twice the resident programs).
-      mx_row = tl.max(z, 1)
-      sig, sp = sigmoid_softplus(z * 0.6931471805599453 + sbias)
-      sp_row = tl.sum(sp, 1)
-      coef = g_r[:, None] * sig
-    else:
+  if FWD:
+    s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, zeros, 0, NUM_K, D, BLOCK_M, BLOCK_N,
+                        BLOCK_K, PRECISION)
+    g_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW, False)[1]
+    fwd_epilogue(s, c_ptr, cs_ptr, c1_ptr, sp_ptr, mx_ptr, local, scale2, sbias, g_r, rows,
+                 row0, col0, row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N,
+                 EXCLUDE_SELF, HAS_MASK, WANT_CS, EPI_SPLIT)
+  else:
+    suffix = zeros  # C^k
+    for k in tl.static_range(K - 1, -1, -1):
+      # dim k's prefix dot: chunks [0, end of dim k) (constexpr bound, inlined)
+      s = tile_similarity(x_ptr, y_ptr, row0, col0, n, m, zeros, 0, (SEGS >> (16 * k)) & 0xFFFF,
+                          D, BLOCK_M, BLOCK_N, BLOCK_K, PRECISION)
+      if HAS_TAB:
+        a = tl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+        b = tl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+        s = s * a[:, None] * b[None, :]
+      lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
+                                    in_rows, BLOCK_M, HAS_ROW, ROW_THR)
       coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                          lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xb_ptr,
                          yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
                          EXCLUDE_SELF, HAS_MASK, False, TILE_SHIFT, SPAN, SIGMOID, sbias)
       if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
         coef = tl.where(in_rows[:, None], coef, 0.0)
-    if HAS_TAB:
-      coef_ab = coef * a[:, None] * b[None, :]
+      if HAS_TAB:
+        coef_ab = coef * a[:, None] * b[None, :]
+      else:
+        coef_ab = coef
+      if k == K - 1:
+        suffix = coef_ab
+      else:
+        suffix = suffix + coef_ab
+      tl.store(c_ptr + (k * tl.num_programs(0) * BLOCK_M + local).to(tl.int64)[:, None] * m +
+               cols[None, :], suffix.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
+      cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
+      if WANT_CS:
+        tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))
+      if SIGMOID:
+        tl.store(c1_ptr + cs_base + local, tl.sum(coef, 1))
+      if WANT_CS_COL:   # rows past n have coef 0
+        col_base = (k * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * m
+        tl.store(cs_col_ptr + col_base + cols, tl.sum(coef * s, 0), mask=cols < m)
+
+
+@triton.jit
+def fwd_epilogue(s, c_ptr, cs_ptr, c1_ptr, sp_ptr, mx_ptr, local, scale2, sbias, g_r, rows,
+                 row0, col0, row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M: tl.constexpr,
+                 BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
+                 WANT_CS: tl.constexpr, SPLIT: tl.constexpr):
+  """The FWD tile's epilogue on ``s`` in SPLIT (1, 2 or 4) column chunks, one after
+  the other, so that a thread's temporaries stay those of one chunk (a 128-wide tile
+  spilled otherwise): each chunk's coefficients stored in the slab ``c_ptr`` (rows
+  ``local``), and the tile's row sums of c s, c and softplus and its row maxima of z
+  in its column tile's entries of the per-tile outputs. Every pointer is formed at its
+  store (formed ahead of the GEMM, they stayed live through it: 168 instead of 141
+  registers a thread at 64 x 64, 4 warps, in an sm_90 compile)."""
+  tl.static_assert(SPLIT == 1 or SPLIT == 2 or SPLIT == 4)
+  if SPLIT == 1:
+    cs, c1, sp, mx = fwd_chunk(s, c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
+                               row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N,
+                               EXCLUDE_SELF, HAS_MASK, WANT_CS)
+  else:
+    s0, s1 = halves(s, BLOCK_M, BLOCK_N)
+    if SPLIT == 2:
+      cs, c1, sp, mx = fwd_chunk(s0, c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
+                                 row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 2,
+                                 EXCLUDE_SELF, HAS_MASK, WANT_CS)
+      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
+          s1, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + BLOCK_N // 2, row_off,
+          col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 2, EXCLUDE_SELF, HAS_MASK,
+          WANT_CS))
     else:
-      coef_ab = coef
-    if k == K - 1:
-      suffix = coef_ab
-    else:
-      suffix = suffix + coef_ab
-    tl.store(c_ptr + (k * tl.num_programs(0) * BLOCK_M + local).to(tl.int64)[:, None] * m +
-             cols[None, :], suffix.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
-    cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
-    if WANT_CS:
-      tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))
-    if SIGMOID:
-      tl.store(c1_ptr + cs_base + local, tl.sum(coef, 1))
-    if FWD:
-      tl.store(sp_ptr + cs_base + local, sp_row)
-      tl.store(mx_ptr + cs_base + local, mx_row)
-    if WANT_CS_COL:   # rows past n have coef 0
-      col_base = (k * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * m
-      tl.store(cs_col_ptr + col_base + cols, tl.sum(coef * s, 0), mask=cols < m)
+      s00, s01 = halves(s0, BLOCK_M, BLOCK_N // 2)
+      cs, c1, sp, mx = fwd_chunk(s00, c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
+                                 row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4,
+                                 EXCLUDE_SELF, HAS_MASK, WANT_CS)
+      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
+          s01, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + BLOCK_N // 4, row_off,
+          col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4, EXCLUDE_SELF, HAS_MASK,
+          WANT_CS))
+      s10, s11 = halves(s1, BLOCK_M, BLOCK_N // 2)
+      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
+          s10, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + BLOCK_N // 2, row_off,
+          col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4, EXCLUDE_SELF, HAS_MASK,
+          WANT_CS))
+      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
+          s11, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + 3 * (BLOCK_N // 4),
+          row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4, EXCLUDE_SELF,
+          HAS_MASK, WANT_CS))
+  at = tl.program_id(1) * tl.num_programs(0) * BLOCK_M + local
+  if WANT_CS:
+    tl.store(cs_ptr + at, cs)
+  tl.store(c1_ptr + at, c1)
+  tl.store(sp_ptr + at, sp)
+  tl.store(mx_ptr + at, mx)
+
+
+@triton.jit
+def halves(v, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+  """[BLOCK_M, BLOCK_N] ``v`` as its column halves (a thread holds columns of both)."""
+  return tl.split(tl.permute(tl.reshape(v, [BLOCK_M, 2, BLOCK_N // 2]), [0, 2, 1]))
+
+
+@triton.jit
+def merge(a, b):
+  """Two chunks' (sum c s, sum c, sum softplus, max z) rows as the tile's."""
+  return a[0] + b[0], a[1] + b[1], a[2] + b[2], tl.maximum(a[3], b[3])
+
+
+@triton.jit
+def fwd_chunk(s, c_ptr, local, scale2, sbias, g_r, rows, row0, col0, row_off, col_off, n, m, xb_ptr,
+              yb_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+              HAS_MASK: tl.constexpr, WANT_CS: tl.constexpr):
+  """One column chunk [col0, col0 + BLOCK_N) of a FWD tile: z as the forward takes it
+  (``where``-removed rows dropped too, their c must be 0), c = g_r sigmoid(z + b)
+  stored, and the chunk's (sum_j c s, sum_j c, sum_j softplus(z + b), max_j z) rows.
+  The row statistics are reduced as soon as their chunk is formed: kept to the stores,
+  z and the softplus tile held twice the registers (sm_90, 64 x 64 tile, 4 warps:
+  245 -> 128 a thread, so twice the resident programs)."""
+  cols = col0 + tl.arange(0, BLOCK_N)
+  z = logits(s, scale2, load_bias(xb_ptr, rows, HAS_MASK), load_bias(yb_ptr, cols, HAS_MASK),
+             HAS_MASK, True)
+  z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+                 EXCLUDE_SELF)
+  if row0 + BLOCK_M > n:
+    z = tl.where((rows < n)[:, None], z, float("-inf"))
+  mx = tl.max(z, 1)
+  sig, sp = sigmoid_softplus(z * 0.6931471805599453 + sbias)
+  sp = tl.sum(sp, 1)
+  coef = g_r[:, None] * sig
+  c1 = tl.sum(coef, 1)
+  cs = tl.zeros([BLOCK_M], dtype=tl.float32)
+  if WANT_CS:
+    cs = tl.sum(coef * s, 1)
+  tl.store(c_ptr + local.to(tl.int64)[:, None] * m + cols[None, :],
+           coef.to(c_ptr.dtype.element_ty), mask=(cols < m)[None, :])
+  return cs, c1, sp, mx
