@@ -340,38 +340,19 @@ def fwd_epilogue(s, c_ptr, cs_ptr, c1_ptr, sp_ptr, mx_ptr, local, scale2, sbias,
   store (formed ahead of the GEMM, they stayed live through it: 168 instead of 141
   registers a thread at 64 x 64, 4 warps, in an sm_90 compile)."""
   tl.static_assert(SPLIT == 1 or SPLIT == 2 or SPLIT == 4)
-  if SPLIT == 1:
-    cs, c1, sp, mx = fwd_chunk(s, c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
-                               row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N,
-                               EXCLUDE_SELF, HAS_MASK, WANT_CS)
-  else:
-    s0, s1 = halves(s, BLOCK_M, BLOCK_N)
-    if SPLIT == 2:
-      cs, c1, sp, mx = fwd_chunk(s0, c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
-                                 row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 2,
-                                 EXCLUDE_SELF, HAS_MASK, WANT_CS)
-      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
-          s1, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + BLOCK_N // 2, row_off,
-          col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 2, EXCLUDE_SELF, HAS_MASK,
-          WANT_CS))
-    else:
-      s00, s01 = halves(s0, BLOCK_M, BLOCK_N // 2)
-      cs, c1, sp, mx = fwd_chunk(s00, c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
-                                 row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4,
-                                 EXCLUDE_SELF, HAS_MASK, WANT_CS)
-      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
-          s01, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + BLOCK_N // 4, row_off,
-          col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4, EXCLUDE_SELF, HAS_MASK,
-          WANT_CS))
-      s10, s11 = halves(s1, BLOCK_M, BLOCK_N // 2)
-      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
-          s10, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + BLOCK_N // 2, row_off,
-          col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4, EXCLUDE_SELF, HAS_MASK,
-          WANT_CS))
-      cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
-          s11, c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + 3 * (BLOCK_N // 4),
-          row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // 4, EXCLUDE_SELF,
-          HAS_MASK, WANT_CS))
+  parts = (s,)   # the chunks, left to right
+  if SPLIT >= 2:
+    parts = halves(s, BLOCK_M, BLOCK_N)
+  if SPLIT == 4:
+    parts = halves(parts[0], BLOCK_M, BLOCK_N // 2) + halves(parts[1], BLOCK_M, BLOCK_N // 2)
+  cs, c1, sp, mx = fwd_chunk(parts[0], c_ptr, local, scale2, sbias, g_r, rows, row0, col0,
+                             row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // SPLIT,
+                             EXCLUDE_SELF, HAS_MASK, WANT_CS)
+  for i in tl.static_range(1, SPLIT):
+    cs, c1, sp, mx = merge((cs, c1, sp, mx), fwd_chunk(
+        parts[i], c_ptr, local, scale2, sbias, g_r, rows, row0, col0 + i * (BLOCK_N // SPLIT),
+        row_off, col_off, n, m, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N // SPLIT, EXCLUDE_SELF,
+        HAS_MASK, WANT_CS))
   at = tl.program_id(1) * tl.num_programs(0) * BLOCK_M + local
   if WANT_CS:
     tl.store(cs_ptr + at, cs)
