@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-import subprocess
 import sys
-import tempfile
 
 if __package__ in (None, ""):   # run as a file: python benchmarks/probe_warp_specialize.py
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -27,9 +25,7 @@ import triton
 import triton.language as tl
 from triton.backends.compiler import GPUTarget
 
-from tests.support.compile import compile_kernel
-
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+from tests.support.compile import compile_kernel, cuobjdump
 
 
 @triton.jit
@@ -95,11 +91,7 @@ def _quiet(fn):
 
 
 def _registers(kernel) -> str:
-  with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-    f.write(kernel.asm["cubin"])
-    f.flush()
-    out = subprocess.run([CUOBJDUMP, "-res-usage", f.name], capture_output=True,
-                         text=True).stdout
+  out = cuobjdump(kernel, "-res-usage")
   return next((l.split()[0].split(":")[1] for l in out.splitlines() if "REG:" in l), "?")
 
 

@@ -15,26 +15,21 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import os
 import pathlib
 import re
-import subprocess
 import sys
-import tempfile
 
 if __package__ in (None, ""):   # run as a file: python benchmarks/sass_fingerprint.py
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
-import triton
 from triton.backends.compiler import GPUTarget
 
 from memeff_jax.backends.triton.grad_bwd import _lse_bwd_kernel, _tile_coef_bwd_kernel
 from memeff_jax.backends.triton.stats_fwd import _lse_fwd_kernel, _tile_lse_fwd_kernel
 # (shared with the smaller-GPU compile test, tests/test_config.py)
-from tests.support.compile import compile_kernel
+from tests.support.compile import compile_kernel, cuobjdump
 
 TARGET = GPUTarget("cuda", 90, 32)
-CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
 
 def args(kernel, dt: str) -> list[str]:
@@ -55,11 +50,7 @@ BWD_CASES = [(1, 1, 0, 0, 1, 0, 0), (1, 1, 0, 0, 1, 0, 1), (1, 0, 1, 0, 1, 1, 0)
 
 
 def fingerprint(kernel, arg_types, constexprs, warps, stages) -> str:
-  compiled = compile_kernel(kernel, arg_types, constexprs, warps, stages, TARGET)
-  with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as f:
-    f.write(compiled.asm["cubin"])
-    f.flush()
-    out = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True).stdout
+  out = cuobjdump(compile_kernel(kernel, arg_types, constexprs, warps, stages, TARGET), "-sass")
   lines = [l for l in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", l)]
   ops = sorted(re.sub(r"^\s*(@!?U?P\w+\s+)?", "", re.sub(r"/\*[0-9a-f]*\*/", "", l)).split()[0]
                for l in lines)

@@ -1,8 +1,14 @@
 """Compile a Triton kernel for a CUDA architecture without a GPU, as jax-triton would
 launch it (the smaller-GPU compile test; benchmarks/sass_fingerprint.py)."""
 
+import os
+import subprocess
+import tempfile
+
 import triton
 from triton.compiler import ASTSource
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
 
 def compile_kernel(kernel, arg_types, constexprs, warps, stages, target):
@@ -16,3 +22,11 @@ def compile_kernel(kernel, arg_types, constexprs, warps, stages, target):
   src = ASTSource(kernel, sig, attrs=attrs,
                   constexprs={(names.index(k),): v for k, v in constexprs.items()})
   return triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=stages))
+
+
+def cuobjdump(compiled, flag: str) -> str:
+  """``cuobjdump flag`` (``-sass``, ``-res-usage``) of a compiled kernel's cubin."""
+  with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as f:
+    f.write(compiled.asm["cubin"])
+    f.flush()
+    return subprocess.run([CUOBJDUMP, flag, f.name], capture_output=True, text=True).stdout
