@@ -97,13 +97,13 @@ def variants():
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
                   REUSE_Y=num_d == 1 and block_do == block_d, PRECISION="tf32",
                   HAS_MASK=case == BWD_CASES[-1], K=1, SEGS=num_d, HAS_TAB=False,
-                  SIGMOID=False, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+                  SIGMOID=False, TMA=False, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
   # Matryoshka's FlashAttention-shaped gradient (the bf16 default up to D = 512).
   for case in BWD_CASES:
     yield (f"mrl bwd bf16 512 {case}", _lse_bwd_kernel, args(_lse_bwd_kernel, "bf16"),
            dict(D=512, BLOCK_M=32, BLOCK_N=64, BLOCK_D=64, NUM_D=8, BLOCK_DO=512, REUSE_Y=False,
                 PRECISION="tf32", HAS_MASK=case == BWD_CASES[-1], K=4, SEGS=MRL_SEGS,
-                HAS_TAB=True, SIGMOID=False,
+                HAS_TAB=True, SIGMOID=False, TMA=False,
                 **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), 8, 3)
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:
@@ -131,7 +131,7 @@ def variants():
                 HAS_TAB=False, HAS_MASK=mask, BOUNDED=False, WANT_MAX=True, SIGMOID=True), 8, 3)
     yield (f"siglip bwd bf16 512 mask={mask}", _lse_bwd_kernel, args(_lse_bwd_kernel, "bf16"),
            dict(D=512, BLOCK_M=64, BLOCK_N=64, BLOCK_D=512, NUM_D=1, BLOCK_DO=512, REUSE_Y=True,
-                PRECISION="tf32", HAS_MASK=mask, K=1, SEGS=1, HAS_TAB=False, SIGMOID=True,
+                PRECISION="tf32", HAS_MASK=mask, K=1, SEGS=1, HAS_TAB=False, SIGMOID=True, TMA=False,
                 HAS_ROW=True, HAS_COL=False, ROW_THR=False, COL_THR=False, EXCLUDE_SELF=False,
                 WANT_CS=True, SHARED=False), 8, 2)
     for (bm, bn, w, st), split in (((128, 128, 8, 3), 2), ((64, 64, 4, 4), 1)):

@@ -1,9 +1,12 @@
-"""Version shims: JAX's varying-axis casts and jax-triton's triton_call."""
+"""Version shims: JAX's varying-axis casts, jax-triton's triton_call and its TMA
+descriptors."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
+from typing import Any
 
 import jax
 from jax import lax
@@ -47,14 +50,41 @@ def _triton_call_kwarg() -> str:
   return "out_type" if "out_type" in params else "out_shape"  # renamed in jax-triton 0.4
 
 
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+  """A kernel argument: the row-major [n, d] array ``base`` read through a TMA tensor
+  descriptor in blocks of ``block`` = (rows, features)."""
+
+  base: Any
+  block: tuple[int, int]
+
+
+@functools.cache
+def tma_descriptors(interpret: bool) -> bool:
+  """Whether ``Tiles`` arguments can be launched: under Triton's interpreter, or on a
+  GPU of compute capability >= 9.0 with jax-triton >= 0.4 (host-side descriptors,
+  ``jax_triton.TensorDescriptor``; 0.3.x has none)."""
+  try:
+    if interpret:
+      import triton.tools.tensor_descriptor  # pylint: disable=g-import-not-at-top,unused-import
+      return True
+    import jax_triton as jt  # pylint: disable=g-import-not-at-top
+    major = int(str(jax.devices()[0].compute_capability).split(".")[0])
+  except (ImportError, AttributeError, RuntimeError, ValueError):
+    return False
+  return hasattr(jt, "TensorDescriptor") and major >= 9
+
+
 def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
   """``jax_triton.triton_call`` across 0.3.x (``out_shape=``) and 0.4 (``out_type=``).
 
   Only ints are passed as Python scalars (both versions map them alike); float
-  hyperparameters travel as fp32 arrays.
+  hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors.
   """
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
+  args = [jt.TensorDescriptor.from_array(a.base, a.block) if isinstance(a, Tiles) else a
+          for a in args]
   return jt.triton_call(*args, kernel=kernel, grid=grid, name=name, num_warps=num_warps,
                         num_stages=num_stages, **{_triton_call_kwarg(): out_shapes},
                         **constexprs)

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memeff_jax import clip_loss, clip_loss_with_stats, lit_loss, lit_loss_with_stats, reference
+from memeff_jax import (_compat, clip_loss, clip_loss_with_stats, lit_loss, lit_loss_with_stats,
+                        qwen3_loss, reference)
 from tests.support.check import checkerboard, compare, kernel_path_config, sampled
 from tests.support.data import features
 from tests.support.families import BACKENDS
@@ -141,6 +142,29 @@ def test_stable_factor(backend):
   on, off = f(True)(x, y, t), f(False)(x, y, t)
   for a, c in zip(on, off):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss", ["clip", "lit", "qwen3"])
+def test_tma_descriptor_loads(monkeypatch, loss, dtype):
+  # The FlashAttention-shaped gradient with its tiles loaded through TMA descriptors
+  # (the default on Hopper with jax-triton >= 0.4): both softmax roles in a pass
+  # (CLIP), the rows' only (LiT), the rows' then the columns' (Qwen3), ragged last
+  # tiles (the copy engine's zero fill), against the dense reference.
+  made = []
+
+  class Tiles(_compat.Tiles):
+    def __init__(self, base, block):
+      super().__init__(base, block)
+      made.append(block)
+
+  monkeypatch.setattr(_compat, "Tiles", Tiles)
+  fn, ref = {**LOSSES, "qwen3": (qwen3_loss, reference.qwen3_loss)}[loss]
+  x, y = features(5, [(150, 32), (150, 32)], dtype)
+  cfg = kernel_path_config("tma", 32, dtype)
+  compare(lambda *a, **k: fn(*a, backend="interpret", config=cfg, **k), ref, [x, y],
+          dtype=dtype, tau_plus=0.1 if loss != "qwen3" else 0.0)
+  assert made and set(made) == {(32, 32)}, made   # (the descriptors were used)
 
 
 _PATHS = ("partials", "col_pass", "tiled", "tiled_paired", "paired")

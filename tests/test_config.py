@@ -351,3 +351,35 @@ def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cas
   shared = json.loads(out.stdout.splitlines()[-1])
   over = [(s[1], s[3], s[4], s[5], b) for s, b in zip(specs, shared) if b > smem_kib * 2**10]
   assert len(shared) == len(specs) and not over, over
+
+
+@pytest.mark.parametrize("tma", [False, True])
+def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
+  # With descriptors available (jax-triton >= 0.4 on Hopper, stood in for here), a
+  # default training step's FlashAttention-shaped gradient takes them at d_pad = 256
+  # and, at 512, in the passes with both softmax roles (CLIP's), not in one-role passes
+  # (LiT's) nor at 128; without them, never. Shapes only (the launches are recorded).
+  seen = []
+
+  def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
+    if "TMA" in constexprs and kernel.fn.__name__ == "_lse_bwd_kernel":
+      tiles = [a.block for a in args if isinstance(a, _compat.Tiles)]
+      assert len(tiles) == (2 if constexprs["TMA"] else 0), tiles
+      seen.append((constexprs["D"], constexprs["HAS_ROW"] and constexprs["HAS_COL"],
+                   constexprs["TMA"]))
+    return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
+
+  monkeypatch.setattr(_compat, "triton_call", record)
+  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: tma)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
+  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
+  jax.clear_caches()
+  launch.resolve_plan.cache_clear()
+  for fn, d in itertools.product((mj.clip_loss, mj.lit_loss), (128, 256, 512)):
+    step = jax.grad(lambda a, b, f=fn: f(a, b, backend="triton"), argnums=(0, 1))
+    x = jax.ShapeDtypeStruct((65536, d), jnp.bfloat16)
+    jax.eval_shape(step, x, x)
+  launch.resolve_plan.cache_clear()
+  want = {(d, both, tma and (d == 256 or (d == 512 and both)))
+          for d, both in itertools.product((128, 256, 512), (False, True))}
+  assert set(seen) == want, sorted(set(seen))

@@ -10,7 +10,7 @@ from memeff_jax.config.smem import fit_smem, pow2
 
 
 def default_config(d: int, dtype, *, interpret: bool = False,
-                   smem_kib: int | None = None) -> KernelConfig:
+                   smem_kib: int | None = None, tma: bool = False) -> KernelConfig:
   """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200, fitted
   to ``smem_kib`` of shared memory a block (None: the H100's 227 KiB; the Triton
   backend passes its GPU's, see ``fit_smem``).
@@ -24,6 +24,11 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   holds the default of the losses' ``matryoshka_per_dim=`` keyword: one plain block
   per dim except fp32 at d_pad > 256 (the interpreter: one block for every dim). The
   measurements behind each row are in docs/benchmarks.md.
+
+  ``tma``: the GPU and jax-triton load tiles through TMA descriptors (compute
+  capability >= 9.0, jax-triton >= 0.4): the 16-bit FlashAttention-shaped gradient
+  then takes them at d_pad = 256, and at 512 where both softmax roles are in one pass
+  (CLIP); one role (LiT, Qwen3) was slower there.
   """
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
@@ -35,6 +40,13 @@ def default_config(d: int, dtype, *, interpret: bool = False,
                         budgets=Budgets(max_programs=4, min_programs=1))
   cfg = _h100_config(d_pad, wide).evolve(
       algorithm=dict(fwd_bounded=not wide, matryoshka_per_dim=not wide or d_pad <= 256))
+  if tma and not wide and d_pad in (256, 512):
+    # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP D = 512 51.4 -> 44.9 ms,
+    # D = 256 22.3 -> 21.0 (LiT 12.7 -> 11.8); one role at 512: LiT 30.4 -> 34.1, Qwen3
+    # 52.5 -> 60.5. D = 128: 15.3 on its 64 x 128 tiles; 12.4 on 128 x 64, which spill
+    # (112-368 bytes a thread on sm_90) and more so with a learned temperature
+    # (benchmarks/results/h200_tma.csv, docs/benchmarks.md "TMA loads").
+    cfg = cfg.evolve(bwd=dict(tma=True, one_sided_tma=d_pad < 512))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

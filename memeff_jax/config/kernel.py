@@ -37,11 +37,11 @@ class _Group:
       if f.name == "precision":
         if v not in ("tf32", "tf32x3", "ieee"):
           raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
+      elif f.name in self._OPTIONAL and v is None:
+        continue
       elif f.name in self._BOOLS:
         if not isinstance(v, bool):
           raise ValueError(f"{name} must be a bool, got {v!r}")
-      elif f.name in self._OPTIONAL and v is None:
-        continue
       elif f.name in self._ZERO_OK:
         if not _positive_int(v, allow_zero=True):
           raise ValueError(f"{name} must be an int >= 0, got {v!r}")
@@ -92,10 +92,18 @@ class BwdTiles(_Group):
       below ``d`` the grid gains a feature axis and each program recomputes its
       similarities (no atomics). Matryoshka's gradient ignores it.
     num_warps, num_stages: launch settings.
+    tma: the FlashAttention-shaped gradient loads its tiles through TMA tensor
+      descriptors where it can (a power-of-two feature size in one chunk, no
+      Matryoshka tables, compute capability >= 9.0 and jax-triton >= 0.4; elsewhere
+      pointer loads, as with False).
+    one_sided_tma: ``tma`` for gradients of one softmax role (LiT's, Qwen3's
+      passes; CLIP's have both); None: ``tma``.
   """
 
   _FLAT = "bwd_"
   _POW2 = ("block_m", "block_n", "block_d", "block_do")
+  _BOOLS = ("tma", "one_sided_tma")
+  _OPTIONAL = ("one_sided_tma",)
 
   block_m: int = 64
   block_n: int = 64
@@ -103,6 +111,8 @@ class BwdTiles(_Group):
   block_do: int = 64
   num_warps: int = 4
   num_stages: int = 2
+  tma: bool = False
+  one_sided_tma: bool | None = None
 
 
 @dataclasses.dataclass(frozen=True)

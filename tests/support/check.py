@@ -94,7 +94,9 @@ def kernel_path_config(path, d, dtype):
   tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
   64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
-  sigmoid epilogue in the forward runs in 2 / 4 column chunks)."""
+  sigmoid epilogue in the forward runs in 2 / 4 column chunks) or "tma" (the
+  FlashAttention-shaped gradient on 32 x 32 tiles loaded through TMA descriptors, at a
+  power-of-two d)."""
   cfg = default_config(d, dtype, interpret=True)
   # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
   tiles = dict(fwd=dict(block_m=32, block_n=64, block_d=32),
@@ -114,6 +116,7 @@ def kernel_path_config(path, d, dtype):
       # block's epilogue in the forward then runs in 2 / 4 column chunks
       "epilogue_halves": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
                               bwd=dict(block_m=32, block_n=64, block_d=32, num_warps=1)),
+      "tma": dict(bwd=dict(block_m=32, block_n=32, tma=True)),
       "epilogue_quarters": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
                                 bwd=dict(block_m=32, block_n=128, block_d=32, num_warps=1)),
   }[path])

@@ -13,30 +13,37 @@ import triton.language as tl
 
 
 @triton.jit
-def load_tile(ptr, row0, n, c, D: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+def load_tile(ptr, row0, n, c, D: tl.constexpr, ROWS: tl.constexpr, BLOCK_D: tl.constexpr,
+              TMA: tl.constexpr = False):
   """Rows [row0, row0 + ROWS) x features [c * BLOCK_D, (c + 1) * BLOCK_D) of a
-  row-major [n, D] tensor; zero outside it."""
-  r = tl.arange(0, ROWS)
-  f = c * BLOCK_D + tl.arange(0, BLOCK_D)
-  mask = (row0 + r)[:, None] < n
-  if D % BLOCK_D != 0:   # only a ragged feature size needs the feature mask
-    mask = mask & (f[None, :] < D)
-  return tl.load(ptr + tl.cast(row0, tl.int64) * D + (r[:, None] * D + f[None, :]), mask=mask,
-                 other=0.0)
+  row-major [n, D] tensor; zero outside it. TMA: ``ptr`` is a tensor descriptor of
+  [ROWS, BLOCK_D] blocks (the copy engine fills outside the tensor with zeros)."""
+  if TMA:   # (an early return would still compile the pointer arithmetic below)
+    t = ptr.load([row0, c * BLOCK_D])
+  else:
+    r = tl.arange(0, ROWS)
+    f = c * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = (row0 + r)[:, None] < n
+    if D % BLOCK_D != 0:   # only a ragged feature size needs the feature mask
+      mask = mask & (f[None, :] < D)
+    t = tl.load(ptr + tl.cast(row0, tl.int64) * D + (r[:, None] * D + f[None, :]), mask=mask,
+                other=0.0)
+  return t
 
 
 @triton.jit
 def similarity(x_t, x_ptr, y_ptr, row0, col0, n, m, D: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, NUM_D: tl.constexpr,
-               PRECISION: tl.constexpr):
+               PRECISION: tl.constexpr, TMA: tl.constexpr = False):
   """s = x[rows] . y[cols]^T, fp32 [BLOCK_M, BLOCK_N], and the column tile.
 
   NUM_D == 1: the row tile ``x_t`` is resident and the whole [BLOCK_N, BLOCK_D]
-  column tile is loaded once (returned for reuse by the gradient dot). Otherwise
+  column tile is loaded once (returned for reuse by the gradient dot; TMA: ``y_ptr``
+  is a descriptor of such tiles). Otherwise
   the features are walked in NUM_D chunks of BLOCK_D, reloading both tiles.
   """
   if NUM_D == 1:
-    y_t = load_tile(y_ptr, col0, m, 0, D, BLOCK_N, BLOCK_D)
+    y_t = load_tile(y_ptr, col0, m, 0, D, BLOCK_N, BLOCK_D, TMA)
     s = tl.dot(x_t, tl.trans(y_t), input_precision=PRECISION)
   else:
     y_t = tl.zeros([1, 1], dtype=tl.float32)   # nothing to reuse

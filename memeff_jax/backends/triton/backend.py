@@ -15,6 +15,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from memeff_jax import _compat
 from memeff_jax.backends.base import Block, Side
 from memeff_jax.backends.triton.backward import lse_bwd
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
@@ -47,6 +48,7 @@ class PlanKey:
   d: int                        # feature size
   dtype: jnp.dtype              # input dtype
   smem_kib: int | None          # the GPU's shared memory a block (None: interpreter)
+  tma: bool = False             # the GPU and jax-triton take TMA descriptors
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +81,8 @@ class Plan:
 def resolve_plan(key: PlanKey) -> Plan:
   """The plan of a block (see ``Plan``); cached by ``key``."""
   itemsize = jnp.dtype(key.dtype).itemsize
-  default = default_config(key.d, key.dtype, interpret=key.interpret, smem_kib=key.smem_kib)
+  default = default_config(key.d, key.dtype, interpret=key.interpret, smem_kib=key.smem_kib,
+                           tma=key.tma)
   cfg = key.config if key.config is not None else default
   user_tiles = key.config is not None and cfg.evolve(
       algorithm=dict(matryoshka_per_dim=default.algorithm.matryoshka_per_dim)) != default
@@ -126,14 +129,20 @@ class TritonBackend:
     H100's) for the interpreter."""
     return None if self.interpret else _device_smem_kib()
 
+  def _tma(self) -> bool:
+    """Whether the default tiles may count on TMA descriptors (never under the
+    interpreter, whose default tiles are its own)."""
+    return not self.interpret and _compat.tma_descriptors(False)
+
   def default_config(self, d: int, dtype) -> KernelConfig:
     """The config a block of feature size ``d`` gets with ``config=None``."""
-    return default_config(d, dtype, interpret=self.interpret, smem_kib=self._smem_kib())
+    return default_config(d, dtype, interpret=self.interpret, smem_kib=self._smem_kib(),
+                          tma=self._tma())
 
   def plan(self, spec, x) -> Plan:
     """The plan of ``spec``'s block on rows ``x`` (``resolve_plan``, cached)."""
     return resolve_plan(PlanKey(self.interpret, spec.config, spec.dims, x.shape[1],
-                                jnp.dtype(x.dtype), self._smem_kib()))
+                                jnp.dtype(x.dtype), self._smem_kib(), self._tma()))
 
   def _setup(self, spec, block: Block):
     """(config, prefix or None) of the block: the prefix is Matryoshka's

@@ -44,7 +44,7 @@ def _lse_bwd_kernel(
     HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
-    HAS_TAB: tl.constexpr, SHARED: tl.constexpr, SIGMOID: tl.constexpr,
+    HAS_TAB: tl.constexpr, SHARED: tl.constexpr, SIGMOID: tl.constexpr, TMA: tl.constexpr,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -69,8 +69,13 @@ def _lse_bwd_kernel(
 
   SIGMOID: the pairwise sigmoid's coefficients (``_common.coefficient``), and the rows'
   sums of c (the bias's gradient) in c1.
+
+  TMA (one feature chunk, the column tile reused, no prefix tables): x_ptr and y_ptr
+  are tensor descriptors of [BLOCK_M, BLOCK_D] and [BLOCK_N, BLOCK_D] tiles, loaded
+  by the copy engine (no address registers).
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
+  tl.static_assert(not TMA or (REUSE_Y and not HAS_TAB))
   pid_m = tl.program_id(0)
   pid_o = tl.program_id(1)
   pid_s = tl.program_id(2)
@@ -96,7 +101,7 @@ def _lse_bwd_kernel(
   else:   # (an early return would still compile this body)
     x_t = tl.zeros([1, 1], dtype=tl.float32)
     if NUM_D == 1:
-      x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D)
+      x_t = load_tile(x_ptr, row0, n, 0, D, BLOCK_M, BLOCK_D, TMA)
     in_rows = rows < n
     lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M, HAS_ROW,
                                   ROW_THR)
@@ -105,7 +110,7 @@ def _lse_bwd_kernel(
     c1 = tl.zeros([BLOCK_M], dtype=tl.float32)
     for j0 in range(j_lo, j_hi, BLOCK_N):
       s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
-                          NUM_D, PRECISION)
+                          NUM_D, PRECISION, TMA)
       coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
                          lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
                          HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED,
