@@ -44,7 +44,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP D = 512 51.4 -> 44.9 ms,
     # D = 256 22.3 -> 21.0 (LiT 12.7 -> 11.8); one role at 512: LiT 30.4 -> 34.1, Qwen3
     # 52.5 -> 60.5. D = 128: 15.3 on its 64 x 128 tiles; 12.4 on 128 x 64, which spill
-    # (112-368 bytes a thread on sm_90) and more so with a learned temperature
+    # (8 bytes a thread on sm_90, 176-192 with a learned temperature, not timed)
     # (benchmarks/results/h200_tma.csv, docs/benchmarks.md "TMA loads").
     cfg = cfg.evolve(bwd=dict(tma=True, one_sided_tma=d_pad < 512))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
