@@ -59,6 +59,11 @@ class Tiles:
   block: tuple[int, int]
 
 
+def arrays(args) -> list:
+  """The arrays behind a launch's arguments: a ``Tiles``'s base, ints left out."""
+  return [a.base if isinstance(a, Tiles) else a for a in args if not isinstance(a, int)]
+
+
 @functools.cache
 def tma_descriptors(interpret: bool) -> bool:
   """Whether ``Tiles`` arguments can be launched: under Triton's interpreter, or on a

@@ -48,8 +48,7 @@ def call(kernel, *args, out_shapes, grid, num_warps, num_stages, name, interpret
                                name=name, num_warps=num_warps, num_stages=num_stages,
                                **constexprs)
   # Inside shard_map the launch's outputs vary over the axes its inputs vary over.
-  return _compat.vary_like(tuple(outs), [a.base if isinstance(a, _compat.Tiles) else a
-                                          for a in args if not isinstance(a, int)])
+  return _compat.vary_like(tuple(outs), _compat.arrays(args))
 
 
 def offsets(offs, *more) -> jax.Array:

@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from memeff_jax import _compat
+
 
 def _to_torch(a):
   import torch  # pylint: disable=g-import-not-at-top
@@ -60,21 +62,19 @@ _INTERPRETER_LOCK = threading.Lock()
 
 def interpret_call(kernel, args, out_shapes, grid, constexprs):
   """The same launch, run by Triton's interpreter on the host."""
-  from memeff_jax._compat import Tiles  # pylint: disable=g-import-not-at-top
   _fix_interpreter_bf16_dot()
-  arrays = [a.base if isinstance(a, Tiles) else a for a in args if not isinstance(a, int)]
 
   def host(*vals):
     import torch  # pylint: disable=g-import-not-at-top
     from triton.tools.tensor_descriptor import TensorDescriptor  # pylint: disable=g-import-not-at-top
     it = iter(vals)
     full = [a if isinstance(a, int) else _to_torch(next(it)) for a in args]
-    full = [TensorDescriptor.from_tensor(t, list(a.block)) if isinstance(a, Tiles) else t
-            for a, t in zip(args, full)]
+    full = [TensorDescriptor.from_tensor(t, list(a.block)) if isinstance(a, _compat.Tiles)
+            else t for a, t in zip(args, full)]
     # Poisoned outputs: an element the kernel forgets to write shows up as NaN.
     outs = [torch.full(s.shape, float("nan"), dtype=_torch_dtype(s.dtype)) for s in out_shapes]
     with _INTERPRETER_LOCK:
       kernel[grid](*full, *outs, **constexprs)
     return tuple(_from_torch(o, s.dtype) for o, s in zip(outs, out_shapes))
 
-  return jax.pure_callback(host, tuple(out_shapes), *arrays)
+  return jax.pure_callback(host, tuple(out_shapes), *_compat.arrays(args))
