@@ -8,7 +8,8 @@ config.py come from measurements and the backward's share of the time is visible
 (bwd = fwd+bwd - fwd). Candidate 0 is the default (config=None). ``--set slab``: the
 tiled (coefficient-slab) gradient at several slab heights instead of the tile list;
 ``--set siglip``: SigLIP's fused gradient by slab height, tile and warps. ``--learned``:
-SigLIP's temperature and bias are inputs with gradients (as big_vision trains them).
+the temperature (SigLIP's: and bias) is an input with a gradient, as CLIP and
+big_vision train it: the gradient passes then also sum c s.
 
   python benchmarks/bench_configs.py --batch 65536 --dims 512 --out configs.csv
   python benchmarks/bench_configs.py --losses clip_mrl --dims 512 --out configs_mrl.csv
@@ -59,7 +60,12 @@ CANDIDATES = {
           _b(128, 64, 4, 2), _b(128, 64, 4, 4), _b(128, 32, 4, 3), _b(128, 128, 4, 3),
           _b(256, 64, 8, 3), _b(64, 128, 4, 2), _b(64, 128, 4, 4), _b(64, 64, 4, 3),
           _b(64, 128, 8, 3), dict(bwd_tma=True), _b(128, 64, 4, 3, bwd_tma=True),
-          dict(bwd_tma=False), _b(64, 128, 4, 3, bwd_tma=False)],
+          dict(bwd_tma=False), _b(64, 128, 4, 3, bwd_tma=False),
+          _b(128, 64, 8, 3), _b(128, 64, 8, 3, bwd_tma=True),
+          _b(128, 64, 8, 2, bwd_tma=True),
+          # no spills on Triton 3.9 with a learned temperature (sm_90 compiles)
+          _b(128, 128, 8, 2), _b(128, 128, 8, 2, bwd_tma=True),
+          _b(64, 128, 4, 2, bwd_tma=True), _b(64, 64, 4, 3)],
     512: [_tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 4, 2), _tf(128, 128, 128, 4, 2),
           _b(64, 64, 8, 2), _b(64, 32, 8, 2),
           _tf(128, 128, 64, 8, 3), _tf(128, 128, 64, 8, 4), _tf(128, 256, 64, 8, 3),
@@ -68,7 +74,12 @@ CANDIDATES = {
           _tb(128, 128, 64, 8, 3, bwd_pair=False),
           _tb(128, 64, 64, 4, 4), _tb(128, 128, 64, 8, 3, slab_kib=131072),
           _tb(128, 128, 64, 8, 3, slab_kib=32768), _b(64, 32, 8, 3), dict(bwd_tma=True),
-          dict(bwd_tma=False)],
+          dict(bwd_tma=False),
+          # one softmax role (LiT, Qwen3): one stage (ptxas serializes the wgmma chain of
+          # two-stage one-role passes on Triton 3.9), pointers or descriptors
+          _b(64, 64, 8, 1), _b(64, 64, 8, 1, bwd_tma=True),
+          _b(64, 128, 8, 1, bwd_tma=True),
+          _b(64, 64, 8, 2, bwd_tma=True)],
     256: [dict(_tf(128, 128, 64, 4, 3), **_b(64, 64, 4, 2)),
           dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 8, 2)),
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),
@@ -117,7 +128,8 @@ def main(argv=None):
   p.add_argument("--reps", type=int, default=10)
   p.add_argument("--only", default=None, help="comma-separated candidate indices")
   p.add_argument("--set", choices=("tiles", "slab", "siglip"), default="tiles")
-  p.add_argument("--learned", action="store_true", help="SigLIP: learned t and b")
+  p.add_argument("--learned", action="store_true",
+                 help="a learned temperature (SigLIP: and bias): traced inputs with gradients")
   p.add_argument("--no-fwd", action="store_true", help="fwd+bwd only")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
@@ -145,6 +157,9 @@ def main(argv=None):
       if a.learned and base == "siglip":   # t = 0.1, b = -10 as traced inputs
         args, argnums = (x, y, jnp.float32(0.1), jnp.float32(-10.0)), (0, 1, 2, 3)
         fn = functools.partial(lambda x, y, t, c, f, **k: f(x, y, temperature=t, bias=c, **k), f=fn)
+      elif a.learned:   # t = 0.07 as a traced input: the gradient passes also sum c s
+        args, argnums = (x, y, jnp.float32(0.07)), argnums + (2,)
+        fn = functools.partial(lambda x, y, t, f, **k: f(x, y, temperature=t, **k), f=fn)
       full = jax.jit(jax.value_and_grad(
           lambda *v: fn(*v, backend="triton", config=cfg), argnums=argnums))
       fwd = jax.jit(lambda *v: fn(*v, backend="triton", config=cfg))

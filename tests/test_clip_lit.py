@@ -149,8 +149,9 @@ def test_stable_factor(backend):
 def test_tma_descriptor_loads(monkeypatch, loss, dtype):
   # The FlashAttention-shaped gradient with its tiles loaded through TMA descriptors
   # (the default on Hopper with jax-triton >= 0.4): both softmax roles in a pass
-  # (CLIP), the rows' only (LiT), the rows' then the columns' (Qwen3), ragged last
-  # tiles (the copy engine's zero fill), against the dense reference.
+  # (CLIP), the rows' only (LiT), the rows' then the columns' (Qwen3), the rows' alone
+  # on their own wider column tiles, ragged last tiles (the copy engine's zero fill),
+  # against the dense reference.
   made = []
 
   class Tiles(_compat.Tiles):
@@ -164,7 +165,8 @@ def test_tma_descriptor_loads(monkeypatch, loss, dtype):
   cfg = kernel_path_config("tma", 32, dtype)
   compare(lambda *a, **k: fn(*a, backend="interpret", config=cfg, **k), ref, [x, y],
           dtype=dtype, tau_plus=0.1 if loss != "qwen3" else 0.0)
-  assert made and set(made) == {(32, 32)}, made   # (the descriptors were used)
+  # (the descriptors were used, on each pass's tiles)
+  assert set(made) == {(32, 32)} | ({(64, 32)} if loss != "clip" else set()), made
 
 
 _PATHS = ("partials", "col_pass", "tiled", "tiled_paired", "paired")

@@ -15,8 +15,8 @@ import pytest
 
 import memeff_jax as mj
 from memeff_jax import classes
-from memeff_jax.config import (KernelConfig, default_config, fit_smem, matryoshka_config,
-                               paired_config, smem_bytes)
+from memeff_jax.config import (KernelConfig, RoleTiles, default_config, fit_smem,
+                               matryoshka_config, paired_config, smem_bytes)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import backend as launch
 from memeff_jax.backends.triton import backward, call
@@ -36,11 +36,14 @@ def test_h100_table_fits_as_measured(d, dtype):
   assert default_config(d, dtype, smem_kib=227) == cfg
 
 
+@pytest.mark.parametrize("tma", [False, True])
 @pytest.mark.parametrize("smem_kib", [163, 99, 96])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("d", DIMS)
-def test_smaller_gpus_get_tiles_that_fit(d, dtype, smem_kib):
-  cfg = default_config(d, dtype, smem_kib=smem_kib)
+def test_smaller_gpus_get_tiles_that_fit(d, dtype, smem_kib, tma):
+  # (tma: with the role tiles of the descriptor defaults, which fit_smem drops where
+  # they do not fit; smem_bytes counts every kind of gradient pass)
+  cfg = default_config(d, dtype, smem_kib=smem_kib, tma=tma)
   assert max(smem_bytes(cfg, d, jnp.dtype(dtype).itemsize)) <= (smem_kib - 8) * 2**10
 
 
@@ -70,6 +73,18 @@ def test_estimate_agrees_with_h200_launches():
   # gradient that no stage count fits.
   assert fit_smem(failed_bwd, 512, 2, 227) == base
   assert fit_smem(dataclasses.replace(base, bwd_block_m=128), 512, 2, 227).bwd_tiled
+
+
+def test_fit_smem_drops_role_tiles_that_do_not_fit():
+  # A pass of the rows' softmax alone on 256-column tiles holds (64 + 256) x 512 bf16
+  # = 320 KiB at D = 512: over an H200's 227, so fit_smem drops those tiles and keeps
+  # the rest (the two-role tiles' 192 KiB fit; the columns' role keeps pointer loads).
+  cfg = default_config(512, jnp.bfloat16, tma=True).evolve(
+      bwd=dict(row_role=RoleTiles(block_n=256, num_stages=1)))
+  assert smem_bytes(cfg, 512, 2)[1] == 320 * 2**10
+  fitted = fit_smem(cfg, 512, 2, 227)
+  assert fitted == cfg.evolve(bwd=dict(row_role=RoleTiles()))
+  assert fitted.bwd.col_role == RoleTiles(tma=False) and not fitted.algorithm.bwd_tiled
 
 
 @pytest.mark.parametrize("d", [128, 256, 512, 1024])
@@ -357,16 +372,18 @@ def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cas
 def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
   # With descriptors available (jax-triton >= 0.4 on Hopper, stood in for here), a
   # default training step's FlashAttention-shaped gradient takes them at d_pad = 256
-  # and, at 512, in the passes with both softmax roles (CLIP's), not in one-role passes
-  # (LiT's) nor at 128; without them, never. Shapes only (the launches are recorded).
+  # and 512 (not at 128), except in a pass of the columns' softmax alone (Qwen3's
+  # documents) at 512; a pass of the rows' alone (LiT's, Qwen3's queries) at 512
+  # streams 128-column tiles in one stage; without descriptors, none of this. Shapes
+  # only (the launches are recorded).
   seen = []
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
     if "TMA" in constexprs and kernel.fn.__name__ == "_lse_bwd_kernel":
       tiles = [a.block for a in args if isinstance(a, _compat.Tiles)]
       assert len(tiles) == (2 if constexprs["TMA"] else 0), tiles
-      seen.append((constexprs["D"], constexprs["HAS_ROW"] and constexprs["HAS_COL"],
-                   constexprs["TMA"]))
+      seen.append((constexprs["D"], constexprs["HAS_ROW"], constexprs["HAS_COL"],
+                   constexprs["TMA"], constexprs["BLOCK_N"], num_stages))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
   monkeypatch.setattr(_compat, "triton_call", record)
@@ -375,11 +392,15 @@ def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
   monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
   jax.clear_caches()
   launch.resolve_plan.cache_clear()
-  for fn, d in itertools.product((mj.clip_loss, mj.lit_loss), (128, 256, 512)):
+  for fn, d in itertools.product((mj.clip_loss, mj.lit_loss, mj.qwen3_loss), (128, 256, 512)):
     step = jax.grad(lambda a, b, f=fn: f(a, b, backend="triton"), argnums=(0, 1))
     x = jax.ShapeDtypeStruct((65536, d), jnp.bfloat16)
     jax.eval_shape(step, x, x)
   launch.resolve_plan.cache_clear()
-  want = {(d, both, tma and (d == 256 or (d == 512 and both)))
-          for d, both in itertools.product((128, 256, 512), (False, True))}
+  base = {128: (128, 3), 256: (64, 2), 512: (64, 2)}   # (block_n, stages) of the table
+  want = set()
+  for d, (row, col) in itertools.product((128, 256, 512), [(1, 1), (1, 0), (0, 1)]):
+    rows_alone = tma and d == 512 and not col
+    want.add((d, bool(row), bool(col), tma and d > 128 and not (d == 512 and not row),
+              *((128, 1) if rows_alone else base[d])))
   assert set(seen) == want, sorted(set(seen))

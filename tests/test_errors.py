@@ -18,6 +18,7 @@ import memeff_jax as mj
 from memeff_jax import KernelConfig, grad_cache, reference
 from memeff_jax import classes as C
 from memeff_jax import clip_loss, lit_loss, lit_qwen3_loss, qwen3_loss
+from memeff_jax.config import RoleTiles
 from tests.support import data, towers
 from tests.support.families import ALL_BACKENDS
 from tests.support.towers import FEAT
@@ -370,10 +371,17 @@ def test_reference_matryoshka_validation():
                                          ("fwd_block_m", 48), ("fwd_one_sided_warps", 0),
                                          ("bwd_num_warps", True), ("matryoshka_per_dim", 1),
                                          ("bwd_pair_max_batch", -1),
-                                         ("bwd_pair_max_batch", 2.0)])
+                                         ("bwd_pair_max_batch", 2.0),
+                                         ("bwd_row_role", (128, 1))])
 def test_bad_config_fields_raise(field, value):
-  with pytest.raises(ValueError, match=field):
+  with pytest.raises((ValueError, TypeError), match=field):
     KernelConfig(**{field: value})
+
+
+@pytest.mark.parametrize("field,value", [("block_n", 48), ("num_stages", 0), ("tma", 1)])
+def test_bad_role_tiles_raise(field, value):
+  with pytest.raises(ValueError, match=f"RoleTiles.{field}"):
+    RoleTiles(**{field: value})
 
 
 # --- grad_cache --------------------------------------------------------------------

@@ -11,7 +11,7 @@ from jax.sharding import Mesh
 
 import memeff_jax as mj
 from memeff_jax import _compat, _core, reference
-from memeff_jax.config import default_config
+from memeff_jax.config import RoleTiles, default_config
 from memeff_jax.backends.triton import backend as launch
 from tests.support import towers
 from tests.support.check import compare
@@ -139,24 +139,26 @@ def test_deterministic(loss, d):
                                     ("qwen3", 512)])
 def test_tma_loads_triton(loss, d):
   # The FlashAttention-shaped gradient with its tiles loaded through TMA descriptors
-  # (jax-triton >= 0.4) against the same tiles through pointers (tested against the
-  # float64 reference by the tests above): bitwise equal; also through the float64
-  # reference on its own inputs.
+  # (jax-triton >= 0.4; the tiles of that stack's defaults, a pass of the rows' softmax
+  # alone on its own; every pass through descriptors) against the same tiles through
+  # pointers (tested against the float64
+  # reference by the tests above): bitwise equal; also through the float64 reference
+  # on its own inputs.
   if not _compat.tma_descriptors(False):
     pytest.skip("no TMA descriptors with this GPU / jax-triton")
   b = 4096 + 37
   x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
-  base = default_config(d, jnp.bfloat16).evolve(budgets=dict(bwd_pair_max_batch=0))
+  base = default_config(d, jnp.bfloat16, tma=True).evolve(budgets=dict(bwd_pair_max_batch=0))
   fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss}[loss]
   step = lambda tma: jax.jit(jax.value_and_grad(
       lambda a, c, t: fn(a, c, temperature=t, backend="triton",
-                         config=base.evolve(bwd=dict(tma=tma, one_sided_tma=tma))),
+                         config=base.evolve(bwd=dict(tma=tma, col_role=RoleTiles(tma=tma)))),
       argnums=(0, 1, 2)))(x, y, jnp.float32(0.07))
   got, want = step(True), step(False)
   for a, c in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(c))
   compare(lambda *a, **k: fn(*a, backend="triton", config=base.evolve(
-      bwd=dict(tma=True, one_sided_tma=True)), **k), getattr(reference, f"{loss}_loss"),
+      bwd=dict(tma=True, col_role=RoleTiles(tma=True))), **k), getattr(reference, f"{loss}_loss"),
           [x, y], dtype=jnp.bfloat16)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from memeff_jax.config.kernel import Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig
+from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig,
+                                      RoleTiles)
 from memeff_jax.config.smem import fit_smem, pow2
 
 
@@ -26,9 +27,11 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   measurements behind each row are in docs/benchmarks.md.
 
   ``tma``: the GPU and jax-triton load tiles through TMA descriptors (compute
-  capability >= 9.0, jax-triton >= 0.4): the 16-bit FlashAttention-shaped gradient
-  then takes them at d_pad = 256, and at 512 where both softmax roles are in one pass
-  (CLIP); one role (LiT, Qwen3) was slower there.
+  capability >= 9.0, jax-triton >= 0.4, so Triton >= 3.7): the 16-bit
+  FlashAttention-shaped gradient then takes them at d_pad = 256 and 512; at 512 a
+  pass of the rows' softmax alone (LiT's; Qwen3's queries) streams 128-column tiles
+  in one stage (with two, ptxas serializes the wgmma chain of Triton 3.9's code for
+  it), and one of the columns' alone (Qwen3's documents) keeps pointer loads.
   """
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
@@ -42,11 +45,16 @@ def default_config(d: int, dtype, *, interpret: bool = False,
       algorithm=dict(fwd_bounded=not wide, matryoshka_per_dim=not wide or d_pad <= 256))
   if tma and not wide and d_pad in (256, 512):
     # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP D = 512 51.4 -> 44.9 ms,
-    # D = 256 22.3 -> 21.0 (LiT 12.7 -> 11.8); one role at 512: LiT 30.4 -> 34.1, Qwen3
-    # 52.5 -> 60.5. D = 128: 15.3 on its 64 x 128 tiles; 12.4 on 128 x 64, which spill
-    # (8 bytes a thread on sm_90, 176-192 with a learned temperature, not timed)
-    # (benchmarks/results/h200_tma.csv, docs/benchmarks.md "TMA loads").
-    cfg = cfg.evolve(bwd=dict(tma=True, one_sided_tma=d_pad < 512))
+    # D = 256 22.3 -> 21.0 (LiT 12.7 -> 11.8). One role at 512 on these tiles: LiT
+    # 30.4 -> 34.1, Qwen3 52.5 -> 60.5. The rows' softmax alone on 64 x 128 tiles in
+    # one stage: LiT 30.1 -> 27.2 ms, with a learned temperature 37.2 -> 28.9; the
+    # columns' alone so too made Qwen3 slower (52.1 -> 54.5), on its own tiles and
+    # pointers 49.1, learned 58.7 -> 50.7 (Triton 3.6: LiT 27.2 / 28.7, Qwen3 49.3 /
+    # 51.4; h200_role_tiles.csv). D = 128: 15.3 on its 64 x 128 tiles; 12.4 on 128 x
+    # 64, which spill (h200_tma.csv; docs/benchmarks.md "TMA loads").
+    roles = dict(row_role=RoleTiles(block_n=128, num_stages=1),
+                 col_role=RoleTiles(tma=False)) if d_pad == 512 else {}
+    cfg = cfg.evolve(bwd=dict(tma=True, **roles))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

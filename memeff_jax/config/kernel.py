@@ -30,6 +30,7 @@ class _Group:
   _BOOLS: tuple[str, ...] = ()
   _OPTIONAL: tuple[str, ...] = ()  # may be None
   _ZERO_OK: tuple[str, ...] = ()   # ints >= 0 (others >= 1)
+  _NESTED: dict = {}               # fields holding a group of their own: its class
 
   def __post_init__(self):
     for f in dataclasses.fields(self):
@@ -39,6 +40,9 @@ class _Group:
           raise ValueError(f"precision={v!r}; expected 'tf32', 'tf32x3' or 'ieee'")
       elif f.name in self._OPTIONAL and v is None:
         continue
+      elif f.name in self._NESTED:
+        if not isinstance(v, self._NESTED[f.name]):
+          raise TypeError(f"{name} must be a {self._NESTED[f.name].__name__}, got {v!r}")
       elif f.name in self._BOOLS:
         if not isinstance(v, bool):
           raise ValueError(f"{name} must be a bool, got {v!r}")
@@ -49,7 +53,7 @@ class _Group:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
     for field in self._POW2:
       v = getattr(self, field)
-      if v < 16 or v & (v - 1):
+      if v is not None and (v < 16 or v & (v - 1)):
         raise ValueError(f"{self._name(field)} must be a power of two >= 16 (tl.dot), got {v}")
 
   def _name(self, field: str) -> str:
@@ -82,6 +86,27 @@ class FwdTiles(_Group):
 
 
 @dataclasses.dataclass(frozen=True)
+class RoleTiles(_Group):
+  """``BwdTiles`` fields for the gradient passes of one softmax role (``BwdTiles.row_role``,
+  ``BwdTiles.col_role``); None keeps ``BwdTiles``'s own.
+
+  Attributes:
+    tma, block_n, num_stages: as ``BwdTiles``'s.
+  """
+
+  _POW2 = ("block_n",)
+  _BOOLS = ("tma",)
+  _OPTIONAL = ("tma", "block_n", "num_stages")
+
+  tma: bool | None = None
+  block_n: int | None = None
+  num_stages: int | None = None
+
+  def _name(self, field: str) -> str:
+    return f"RoleTiles.{field}"
+
+
+@dataclasses.dataclass(frozen=True)
 class BwdTiles(_Group):
   """The gradient kernel's tiles and launch settings.
 
@@ -96,14 +121,15 @@ class BwdTiles(_Group):
       descriptors where it can (a power-of-two feature size in one chunk, no
       Matryoshka tables, compute capability >= 9.0 and jax-triton >= 0.4; elsewhere
       pointer loads, as with False).
-    one_sided_tma: ``tma`` for gradients of one softmax role (LiT's, Qwen3's
-      passes; CLIP's have both); None: ``tma``.
+    row_role, col_role: ``RoleTiles`` of the FlashAttention-shaped gradient's passes
+      of the rows' softmax alone (LiT's; Qwen3's queries) and of the columns' alone
+      (Qwen3's documents); passes of both (CLIP's) take the fields above.
   """
 
   _FLAT = "bwd_"
   _POW2 = ("block_m", "block_n", "block_d", "block_do")
-  _BOOLS = ("tma", "one_sided_tma")
-  _OPTIONAL = ("one_sided_tma",)
+  _BOOLS = ("tma",)
+  _NESTED = {"row_role": RoleTiles, "col_role": RoleTiles}
 
   block_m: int = 64
   block_n: int = 64
@@ -112,7 +138,19 @@ class BwdTiles(_Group):
   num_warps: int = 4
   num_stages: int = 2
   tma: bool = False
-  one_sided_tma: bool | None = None
+  row_role: RoleTiles = RoleTiles()
+  col_role: RoleTiles = RoleTiles()
+
+  def for_pass(self, has_row: bool, has_col: bool) -> BwdTiles:
+    """The tiles of a pass with the rows' softmax (``has_row``), the columns'
+    (``has_col``) or both: a one-role pass's ``RoleTiles`` fields in place of these,
+    where set (the result has no role tiles left)."""
+    role = self.row_role if not has_col else self.col_role if not has_row else RoleTiles()
+    own = lambda v, base: base if v is None else v
+    return dataclasses.replace(
+        self, tma=own(role.tma, self.tma), block_n=own(role.block_n, self.block_n),
+        num_stages=own(role.num_stages, self.num_stages), row_role=RoleTiles(),
+        col_role=RoleTiles())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,7 @@ import math
 import sys
 import warnings
 
-from memeff_jax.config.kernel import Algorithm, KernelConfig
+from memeff_jax.config.kernel import Algorithm, KernelConfig, RoleTiles
 from memeff_jax.config.smem import fewer_stages, pow2, smem_limit, tiled
 
 
@@ -52,7 +52,7 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
         fwd=dict(block_m=128 if itemsize < 4 else 64, block_n=64, block_d=bk, num_warps=4,
                  one_sided_warps=None, num_stages=3),
         bwd=dict(block_m=32 if fa else 64, block_n=64, block_d=bk, num_warps=8,
-                 num_stages=3),
+                 num_stages=3, row_role=RoleTiles(), col_role=RoleTiles()),
         algorithm=dict(fwd_tiled=True, bwd_tiled=not fa))
   limit = smem_limit(smem_kib)
   if fa and not interpret and not cfg.algorithm.bwd_tiled:

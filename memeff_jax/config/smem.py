@@ -3,17 +3,24 @@ memory than the H100/H200 the default table was measured on."""
 
 from __future__ import annotations
 
-from memeff_jax.config.kernel import KernelConfig
+from memeff_jax.config.kernel import KernelConfig, RoleTiles
 
 
 def pow2(v: int) -> int:
   return max(16, 1 << (int(v) - 1).bit_length())
 
 
-def smem_bytes(cfg: KernelConfig, d: int, itemsize: int) -> tuple[int, int]:
+# The FlashAttention-shaped gradient's kinds of pass: (rows' softmax, columns').
+PASSES = ((True, True), (True, False), (False, True))
+
+
+def smem_bytes(cfg: KernelConfig, d: int, itemsize: int,
+               passes=PASSES) -> tuple[int, int]:
   """Estimated shared memory of the (forward, gradient) kernels ``cfg`` launches for
   feature size ``d``: the pipelined tiles, as Triton 3.6 allocates them on an H200
-  (a resident row tile plus ``stages`` streamed tiles, or ``stages`` chunk pairs)."""
+  (a resident row tile plus ``stages`` streamed tiles, or ``stages`` chunk pairs).
+  The FlashAttention-shaped gradient's: the largest of its ``passes``, each on its
+  tiles (``BwdTiles.for_pass``)."""
   d_pad = pow2(d)
 
   def chunks(bm, bn, bk, st):   # GEMM tiles: the features walked in chunks
@@ -22,16 +29,20 @@ def smem_bytes(cfg: KernelConfig, d: int, itemsize: int) -> tuple[int, int]:
   def sweep(bm, bn, bd, st):   # a resident row tile, or chunks if bd < d
     return (bm + st * bn) * d_pad * itemsize if bd >= d_pad else chunks(bm, bn, bd, st)
 
-  fw, bw, alg = cfg.fwd, cfg.bwd, cfg.algorithm
+  def gradient(bw):
+    b = (bw.block_m, bw.block_n, bw.block_d, bw.num_stages)
+    if alg.bwd_tiled:
+      return chunks(*b)
+    # plus the streamed gradient-feature tiles when they are not the similarity's
+    return sweep(*b) + (0 if min(bw.block_d, bw.block_do) >= d_pad else
+                        bw.block_n * min(bw.block_do, d_pad) * itemsize * b[3])
+
+  fw, alg = cfg.fwd, cfg.algorithm
   f = (fw.block_m, fw.block_n, fw.block_d, fw.num_stages)
-  b = (bw.block_m, bw.block_n, bw.block_d, bw.num_stages)
   fwd = chunks(*f) if alg.fwd_tiled else sweep(*f)
-  if alg.bwd_tiled:
-    bwd = chunks(*b)
-  else:   # plus the streamed gradient-feature tiles when they are not the similarity's
-    bwd = sweep(*b) + (0 if min(bw.block_d, bw.block_do) >= d_pad else
-                       bw.block_n * min(bw.block_do, d_pad) * itemsize * b[3])
-  return fwd, bwd
+  if alg.bwd_tiled:   # (no role tiles)
+    return fwd, gradient(cfg.bwd)
+  return fwd, max(gradient(cfg.bwd.for_pass(*p)) for p in passes)
 
 
 def tiled(cfg: KernelConfig, pass_: str, bk: int, d: int, itemsize: int,
@@ -65,13 +76,17 @@ def fewer_stages(cfg: KernelConfig, need, limit: int) -> KernelConfig:
 
 def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
   """``cfg``, fitted where a launch would exceed ``smem_kib`` (8 KiB kept free for
-  Triton's scratch): a FlashAttention-shaped gradient first drops pipeline stages (down
+  Triton's scratch): a FlashAttention-shaped gradient first drops the role tiles
+  (``BwdTiles.row_role`` / ``col_role``) that do not fit, then pipeline stages (down
   to 2), then the forward and/or gradient switch to the tiled kernels (whose chunked
   tiles need far less shared memory). An H100/H200 (227 KiB) never needs it; an A100
   (163 KiB) or a consumer GPU (99 KiB) can (the 16-bit gradient at d_pad = 128 keeps
   its tile there with 2 stages). Not measured on those GPUs."""
   limit = smem_limit(smem_kib)
   if not cfg.algorithm.bwd_tiled:
+    for role, kind in (("row_role", PASSES[1]), ("col_role", PASSES[2])):
+      if smem_bytes(cfg, d, itemsize, passes=(kind,))[1] > limit:
+        cfg = cfg.evolve(bwd={role: RoleTiles()})
     cfg = fewer_stages(cfg, lambda c: smem_bytes(c, d, itemsize)[1], limit)
   fwd, bwd = smem_bytes(cfg, d, itemsize)
   bk = 64 if itemsize < 4 else 32

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memeff_jax.config import default_config
+from memeff_jax.config import RoleTiles, default_config
 
 from tests.support.tolerances import FP32, LOW, grad_err, rel_err
 
@@ -95,8 +95,8 @@ def kernel_path_config(path, d, dtype):
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
   64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
   sigmoid epilogue in the forward runs in 2 / 4 column chunks) or "tma" (the
-  FlashAttention-shaped gradient on 32 x 32 tiles loaded through TMA descriptors, at a
-  power-of-two d)."""
+  FlashAttention-shaped gradient on 32 x 32 tiles, 32 x 64 in passes of the rows'
+  softmax alone, loaded through TMA descriptors, at a power-of-two d)."""
   cfg = default_config(d, dtype, interpret=True)
   # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
   tiles = dict(fwd=dict(block_m=32, block_n=64, block_d=32),
@@ -116,7 +116,8 @@ def kernel_path_config(path, d, dtype):
       # block's epilogue in the forward then runs in 2 / 4 column chunks
       "epilogue_halves": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
                               bwd=dict(block_m=32, block_n=64, block_d=32, num_warps=1)),
-      "tma": dict(bwd=dict(block_m=32, block_n=32, tma=True)),
+      "tma": dict(bwd=dict(block_m=32, block_n=32, tma=True,
+                           row_role=RoleTiles(block_n=64, num_stages=1))),
       "epilogue_quarters": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
                                 bwd=dict(block_m=32, block_n=128, block_d=32, num_warps=1)),
   }[path])

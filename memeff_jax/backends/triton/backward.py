@@ -162,7 +162,8 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
   c = BwdCall(**options)
   config, want_cs = c.config, c.want_cs
   (n, d), m = x.shape, y.shape[0]
-  bm, bn = config.bwd.block_m, config.bwd.block_n
+  tiles = config.bwd.for_pass(coefs.flags["HAS_ROW"], coefs.flags["HAS_COL"])
+  bm, bn = tiles.block_m, tiles.block_n
   f32 = jnp.float32
   block_d, num_d, num_do = feats.block_d, feats.num_d, feats.num_do
   k, segs, has_tab, x_tab, y_tab = prefix_args(c.prefix, num_d)
@@ -175,19 +176,16 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
                 jax.ShapeDtypeStruct((k, num_splits, n) if sigmoid else (1,), f32)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
   reuse_y = num_d == 1 and num_do == 1 and block_do == block_d
-  one_sided = not (coefs.flags["HAS_ROW"] and coefs.flags["HAS_COL"])
-  tma = (config.bwd.one_sided_tma if one_sided and config.bwd.one_sided_tma is not None
-         else config.bwd.tma)
   # (block_d == d: a power-of-two feature size, rows of >= 32 bytes, no ragged tail)
-  tma = (tma and reuse_y and block_d == d and c.prefix is None
+  tma = (tiles.tma and reuse_y and block_d == d and c.prefix is None
          and _compat.tma_descriptors(c.interpret))
   if tma:
     x, y = _compat.Tiles(x, (bm, block_d)), _compat.Tiles(y, (bn, block_d))
   dx, cs, c1 = call(
       _lse_bwd_kernel, x, y, coefs.scal, stack_offsets(offsets), *coefs.side_stats, x_tab,
       y_tab, xb, yb, n, m, per_split, out_shapes=out_shapes,
-      grid=(cdiv(n, bm), num_do, num_splits), num_warps=config.bwd.num_warps,
-      num_stages=config.bwd.num_stages, name="memeff/lse_bwd", interpret=c.interpret, D=d,
+      grid=(cdiv(n, bm), num_do, num_splits), num_warps=tiles.num_warps,
+      num_stages=tiles.num_stages, name="memeff/lse_bwd", interpret=c.interpret, D=d,
       BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
       REUSE_Y=reuse_y, K=k, SEGS=segs, HAS_TAB=has_tab, TMA=tma,
       **dict(coefs.flags, WANT_CS=want_cs))
