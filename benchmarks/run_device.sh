@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # One packed run on a GPU machine, logs and CSVs in $OUT. Stages (STAGES, default all):
-#   tests    the GPU tests, in 4 parallel pytest processes (compiling is the slow part)
+#   tests    the GPU tests, in TEST_PROCS (4) parallel pytest processes of about equal
+#            expected time (shard_tests.py; compiling is the slow part); TEST_CALLS=K,
+#            TEST_CALL=I: this call runs part I (from 0) of K (the whole file takes ~2
+#            calls of 14 processes at T_TESTS=480 on an H200)
 #   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
 #   mrl      Matryoshka (dims 64/128/256/512): fused per family (per dim and in one block),
 #            eager, plain, memeff's fused and eager, B = 65536, D = 512
@@ -39,17 +42,20 @@ stage() { local t=$1; shift; timeout "$t" "$@" 2>&1 | grep -E "RESULT|Error|erro
 if has tests; then
   # TEST_IDS: a file of test ids to run instead of all of them (e.g. a rerun);
   # TEST_PROCS: parallel pytest processes (4). At T_TESTS a shard gets SIGINT: pytest
-  # still reports its failures.
+  # still reports its failures. Every id's duration is in the log (--durations=0):
+  # shard_tests.py --record adds them to the durations the shards are balanced by.
   if [ -n "$TEST_IDS" ]; then cp "$TEST_IDS" /tmp/gpu_ids; else
     python -m pytest --collect-only -q -m gpu tests/test_gpu.py -o addopts="" \
       -p no:cacheprovider | grep "::" > /tmp/gpu_ids
   fi
-  procs=${TEST_PROCS:-4}
-  for i in $(seq 0 $((procs - 1))); do
-    awk -v i=$i -v p=$procs 'NR % p == i' /tmp/gpu_ids > /tmp/gpu_ids.$i
-    [ -s /tmp/gpu_ids.$i ] || continue   # an empty shard would run the whole file
-    timeout -s INT -k 30 ${T_TESTS:-420} python -m pytest -m gpu $(cat /tmp/gpu_ids.$i) -v -p no:cacheprovider \
-      -o addopts="" -rf --tb=short --durations=30 > "$OUT/gpu_tests.$i.log" 2>&1 &
+  rm -rf /tmp/gpu_shards
+  python benchmarks/shard_tests.py --ids /tmp/gpu_ids --shards ${TEST_PROCS:-4} \
+    --calls ${TEST_CALLS:-1} --call ${TEST_CALL:-0} --out /tmp/gpu_shards
+  for f in /tmp/gpu_shards/shard.*; do
+    i=${f##*.}
+    [ -s $f ] || continue   # an empty shard would run the whole file
+    timeout -s INT -k 30 ${T_TESTS:-420} python -m pytest -m gpu $(cat $f) -v -p no:cacheprovider \
+      -o addopts="" -rf --tb=short --durations=0 > "$OUT/gpu_tests.$i.log" 2>&1 &
   done
   wait
   # One log: the device returns at most 8 files, and the CSVs of later stages must fit.
