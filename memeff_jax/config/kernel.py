@@ -106,6 +106,11 @@ class RoleTiles(_Group):
     return f"RoleTiles.{field}"
 
 
+# The FlashAttention-shaped gradient's passes of one softmax role, (rows' softmax,
+# columns'), and the ``BwdTiles`` field holding their ``RoleTiles``.
+ROLES = {(True, False): "row_role", (False, True): "col_role"}
+
+
 @dataclasses.dataclass(frozen=True)
 class BwdTiles(_Group):
   """The gradient kernel's tiles and launch settings.
@@ -145,7 +150,8 @@ class BwdTiles(_Group):
     """The tiles of a pass with the rows' softmax (``has_row``), the columns'
     (``has_col``) or both: a one-role pass's ``RoleTiles`` fields in place of these,
     where set (the result has no role tiles left)."""
-    role = self.row_role if not has_col else self.col_role if not has_row else RoleTiles()
+    name = ROLES.get((has_row, has_col))   # (None: both roles)
+    role = RoleTiles() if name is None else getattr(self, name)
     own = lambda v, base: base if v is None else v
     return dataclasses.replace(
         self, tma=own(role.tma, self.tma), block_n=own(role.block_n, self.block_n),

@@ -3,7 +3,7 @@ memory than the H100/H200 the default table was measured on."""
 
 from __future__ import annotations
 
-from memeff_jax.config.kernel import KernelConfig, RoleTiles
+from memeff_jax.config.kernel import ROLES, KernelConfig, RoleTiles
 
 
 def pow2(v: int) -> int:
@@ -11,7 +11,7 @@ def pow2(v: int) -> int:
 
 
 # The FlashAttention-shaped gradient's kinds of pass: (rows' softmax, columns').
-PASSES = ((True, True), (True, False), (False, True))
+PASSES = ((True, True), *ROLES)
 
 
 def smem_bytes(cfg: KernelConfig, d: int, itemsize: int,
@@ -84,7 +84,7 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelC
   its tile there with 2 stages). Not measured on those GPUs."""
   limit = smem_limit(smem_kib)
   if not cfg.algorithm.bwd_tiled:
-    for role, kind in (("row_role", PASSES[1]), ("col_role", PASSES[2])):
+    for kind, role in ROLES.items():
       if smem_bytes(cfg, d, itemsize, passes=(kind,))[1] > limit:
         cfg = cfg.evolve(bwd={role: RoleTiles()})
     cfg = fewer_stages(cfg, lambda c: smem_bytes(c, d, itemsize)[1], limit)
