@@ -1,11 +1,12 @@
-"""Version shims: JAX's varying-axis casts, jax-triton's triton_call and its TMA
-descriptors."""
+"""Version shims: JAX's varying-axis casts, jax-triton's triton_call, its TMA
+descriptors and its launch width for warp-specialized kernels."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
 import inspect
+import re
 from typing import Any
 
 import jax
@@ -87,9 +88,49 @@ def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **
   hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors.
   """
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  _launch_compiled_warps()
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
   args = [jt.TensorDescriptor.from_array(a.base, a.block) if isinstance(a, Tiles) else a
           for a in args]
   return jt.triton_call(*args, kernel=kernel, grid=grid, name=name, num_warps=num_warps,
                         num_stages=num_stages, **{_triton_call_kwarg(): out_shapes},
                         **constexprs)
+
+
+def compiled_warps(binary, num_warps: int) -> int:
+  """The warps a kernel must be launched with: its PTX's ``.reqntid`` / 32 where the
+  compiled kernel asks for a width of its own (a warp-specialized kernel counts every
+  partition's warps: 4 asked, 12 compiled for a Hopper producer and two consumer
+  warp groups), else ``num_warps``."""
+  if isinstance(binary, str):
+    found = re.search(r"^\s*\.reqntid\s+(\d+)", binary, re.MULTILINE)
+    if found and int(found.group(1)) % 32 == 0:
+      return int(found.group(1)) // 32
+  return num_warps
+
+
+class _CompiledWarps:
+  """jaxlib's ``gpu_triton`` as jax-triton sees it, except that ``TritonKernel`` (name,
+  num_warps, num_ctas, shared memory, binary, ...; 0.3.1 and 0.4 alike) launches with
+  ``compiled_warps``: jax-triton passes the ``num_warps`` it was called with, which a
+  warp-specialized kernel's launch must not use (CUDA refuses a launch narrower than
+  ``.reqntid``). Every other kernel launches as before."""
+
+  def __init__(self, lib):
+    self._lib = lib
+
+  def __getattr__(self, name):
+    return getattr(self._lib, name)
+
+  def TritonKernel(self, name, num_warps, *rest):  # pylint: disable=invalid-name
+    return self._lib.TritonKernel(name, compiled_warps(rest[2], num_warps), *rest)
+
+
+@functools.cache
+def _launch_compiled_warps() -> None:
+  """Route jax-triton's kernel construction through ``_CompiledWarps`` (in memory, once;
+  jaxlib's own Pallas launches are left alone)."""
+  from jax_triton import triton_lib  # pylint: disable=g-import-not-at-top
+  lib = getattr(triton_lib, "triton_kernel_call_lib", None)
+  if lib is not None and not isinstance(lib, _CompiledWarps):
+    triton_lib.triton_kernel_call_lib = _CompiledWarps(lib)

@@ -1,9 +1,15 @@
 """The backend seam: the Protocol every backend meets, the one registry of names, the
-first-order guard generated from the Protocol, the block plan resolved once, and the
-deprecated flat KernelConfig spellings."""
+first-order guard generated from the Protocol, the block plan resolved once, the
+deprecated flat KernelConfig spellings, and jax-triton launched with the warps a kernel
+was compiled for."""
 
 import dataclasses
 import inspect
+import json
+import os
+import pathlib
+import subprocess
+import sys
 import typing
 import warnings
 
@@ -13,7 +19,7 @@ import numpy as np
 import pytest
 
 import memeff_jax as mj
-from memeff_jax import _core, _options, _validation, backends
+from memeff_jax import _compat, _core, _options, _validation, backends
 from memeff_jax.backends import base, registry
 from memeff_jax.backends.blockwise import BlockwiseBackend
 from memeff_jax.backends.reference import ReferenceBackend
@@ -188,3 +194,40 @@ def test_plan_resolved_once_per_block(dims):
   assert (plan.ladder is not None) == (dims is not None) and not plan.user_tiles
   with pytest.raises(dataclasses.FrozenInstanceError):
     plan.config = cfg   # immutable
+
+
+def test_compiled_warps_read_the_ptx():
+  # A feature loop under warp_specialize=True, compiled for sm_90 with 4 warps (Triton
+  # >= 3.9, no GPU), is split into a producer and two consumer warp groups: Triton's
+  # metadata reports 12 warps, and compiled_warps reads the same off the PTX. The same
+  # loop unspecialized keeps the 4 it was passed.
+  env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+  out = subprocess.run([sys.executable, "-m", "tests.support.ws_kernel"], capture_output=True,
+                       text=True, env=env, check=True, cwd=pathlib.Path(__file__).parents[1])
+  (ws_meta, ws_read), (plain_meta, plain_read) = json.loads(out.stdout.splitlines()[-1])
+  assert ws_meta == ws_read == 12
+  assert plain_meta == plain_read == 4
+
+
+def test_jax_triton_kernels_launch_with_the_compiled_warps():
+  # jax-triton builds TritonKernel(name, num_warps, num_ctas, shared memory, binary, ...)
+  # with the num_warps it was called with; through _CompiledWarps a PTX that requires
+  # more threads (.reqntid) gets its own count, anything else is passed on unchanged.
+  calls = []
+
+  class Lib:
+    marker = object()
+
+    def TritonKernel(self, *args):  # pylint: disable=invalid-name
+      calls.append(args)
+
+  lib = Lib()
+  wrapped = _compat._CompiledWarps(lib)
+  ptx = ".visible .entry k(\n\t.param .u64 k_param_0\n)\n.reqntid 384\n.maxnreg 168\n{\n}"
+  wrapped.TritonKernel("k", 4, 1, 1024, ptx, "ttir", 90)
+  wrapped.TritonKernel("k", 8, 1, 1024, ptx.replace("384", "256"), "ttir", 90)
+  wrapped.TritonKernel("k", 8, 1, 1024, ".visible .entry k()\n{\n}", "ttir", 90)
+  wrapped.TritonKernel("k", 4, 1, 1024, "/tmp/kernel.hsaco", "ttir", 90)
+  assert [c[1] for c in calls] == [12, 8, 8, 4]
+  assert calls[0] == ("k", 12, 1, 1024, ptx, "ttir", 90)
+  assert wrapped.marker is lib.marker

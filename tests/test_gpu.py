@@ -162,6 +162,27 @@ def test_tma_loads_triton(loss, d):
           [x, y], dtype=jnp.bfloat16)
 
 
+@pytest.mark.parametrize("ws", [True, False])
+def test_warp_specialized_kernel_launches(ws):
+  # A GEMM tile whose feature loop Triton >= 3.9 warp-specializes on sm_90 (12 warps
+  # compiled from the 4 passed; jax-triton launches with 4 unless _compat corrects it, and
+  # CUDA refuses a launch narrower than the kernel's .reqntid) against XLA's float32 dot of
+  # the same bf16 inputs (identical products, fp32 sums in another order: 1e-5 relative).
+  if not _compat.tma_descriptors(False):
+    pytest.skip("device-side tensor descriptors need jax-triton >= 0.4")
+  from tests.support.ws_kernel import TILE, WARPS, ws_matmul  # pylint: disable=g-import-not-at-top
+  n, m, d = 1000, 700, 256
+  x, y = features(11, [(n, d), (m, d)], jnp.bfloat16)
+  got = jax.jit(lambda a, b: _compat.triton_call(
+      a, b, n, m, kernel=ws_matmul, out_shapes=[jax.ShapeDtypeStruct((n, m), jnp.float32)],
+      grid=(-(-n // TILE["BM"]), -(-m // TILE["BN"])), name="ws_matmul", num_warps=WARPS,
+      num_stages=3, D=d, WS=ws, **TILE)[0])(x, y)
+  want = jnp.dot(x.astype(jnp.float32), y.astype(jnp.float32).T,
+                 precision=jax.lax.Precision.HIGHEST)
+  np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5,
+                             atol=1e-5 * float(jnp.max(jnp.abs(want))))
+
+
 @pytest.mark.parametrize("loss", ["clip", "lit", "qwen3", "lit_qwen3"])
 def test_one_device_ring_equals_plain(loss):
   fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss,
