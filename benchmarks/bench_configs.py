@@ -72,7 +72,10 @@ CANDIDATES = {
           # forward tiles with the default gradient (Triton 3.9's forward at D = 128
           # took 4.25 ms a CLIP step against 3.6's 3.91 with the same registers)
           _tf(128, 128, 128, 4, 3), _tf(128, 128, 64, 8, 3), _tf(128, 256, 64, 8, 3),
-          _tf(256, 128, 64, 8, 3), _tf(64, 128, 64, 4, 3), _tf(128, 64, 64, 4, 3)],
+          _tf(256, 128, 64, 8, 3), _tf(64, 128, 64, 4, 3), _tf(128, 64, 64, 4, 3),
+          # CLIP's columns from a second one-sided tiled pass (twice the GEMMs, no sum
+          # across a tile's rows: Triton 3.9 lowers that one in eight shared-memory rounds)
+          dict(fwd_col_pass=True)],
     512: [_tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 4, 2), _tf(128, 128, 128, 4, 2),
           _b(64, 64, 8, 2), _b(64, 32, 8, 2),
           _tf(128, 128, 64, 8, 3), _tf(128, 128, 64, 8, 4), _tf(128, 256, 64, 8, 3),
@@ -86,7 +89,7 @@ CANDIDATES = {
           # two-stage one-role passes on Triton 3.9), pointers or descriptors
           _b(64, 64, 8, 1), _b(64, 64, 8, 1, bwd_tma=True),
           _b(64, 128, 8, 1, bwd_tma=True),
-          _b(64, 64, 8, 2, bwd_tma=True)],
+          _b(64, 64, 8, 2, bwd_tma=True), dict(fwd_col_pass=True)],
     256: [dict(_tf(128, 128, 64, 4, 3), **_b(64, 64, 4, 2)),
           dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 8, 2)),
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),

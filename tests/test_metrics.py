@@ -27,7 +27,8 @@ def _pairs(seed, b, d, noise):
   return jnp.asarray(x, jnp.float32), jnp.asarray(y, jnp.float32)
 
 
-CONFIGS = ["blockwise", "reference", "interpret", "partials", "col_pass", "tiled"]
+CONFIGS = ["blockwise", "reference", "interpret", "partials", "col_pass", "tiled",
+           "tiled_col_pass"]
 
 
 def _backend(which, d):

@@ -109,15 +109,18 @@ def test_where_equals_kept_rows(family, option, backend):
   _check(family, option, backend)
 
 
-@pytest.mark.parametrize("backend", ["blockwise", "interpret"])
+@pytest.mark.parametrize("backend", ["blockwise", "interpret", "interpret_col_pass"])
 def test_where_across_tiles_and_slabs(backend):
   # 70 rows over several row and column tiles (tiled kernels, 1 KiB slabs) with runs of
-  # removed rows that empty whole tiles.
+  # removed rows that empty whole tiles; the tiled forward's columns from its tiles or
+  # from a second pass over the swapped block (whose masks swap too).
   w = where_mask(70, seed=1)
   w[16:40] = False
   cfg = None
-  if backend == "interpret":
-    cfg = kernel_path_config("tiled", D, jnp.float32)
+  if backend != "blockwise":
+    cfg = kernel_path_config("tiled" if backend == "interpret" else "tiled_col_pass", D,
+                             jnp.float32)
+    backend = "interpret"
   fn = FAMILIES["clip"].with_stats
   arrays = _arrays("clip", 70)
   (val, _), grads = _value_and_grads(

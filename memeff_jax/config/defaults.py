@@ -74,7 +74,8 @@ def _cfg(fwd, bwd, *, fwd_d: int, bwd_d: int, bwd_do: int, one_sided_warps=None,
 
 def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
   res = dict(fwd_d=d_pad, bwd_d=d_pad, bwd_do=d_pad, fwd_col_pass=True)
-  tiled = dict(res, fwd_d=64, fwd_tiled=True)   # 16-bit: the forward's GEMM tiles
+  # 16-bit: the forward's GEMM tiles, both sides from each tile
+  tiled = dict(res, fwd_d=64, fwd_tiled=True, fwd_col_pass=False)
   if d_pad <= 128:
     return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
         _cfg((128, 128, 4, 3), (128, 64, 4, 3) if d_pad <= 64 else (64, 128, 4, 3), **tiled)
@@ -87,6 +88,6 @@ def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
              bwd_pair_max_batch=16384)
   if not wide:
     return _cfg((128, 128, 4, 3), (64, 128, 4, 4),
-                **dict(tiled, bwd_d=64, fwd_col_pass=False), bwd_tiled=True, bwd_pair=True)
+                **dict(tiled, bwd_d=64), bwd_tiled=True, bwd_pair=True)
   chunked = dict(fwd_d=64, bwd_d=64, bwd_do=128, fwd_col_pass=True)
   return _cfg((64, 64, 8, 3), (64, 64, 8, 3), **chunked)

@@ -165,7 +165,9 @@ class Algorithm(_Group):
 
   Attributes:
     fwd_col_pass: two-sided blocks (CLIP) get their column statistics from a second
-      row pass over the swapped block instead of per-program column partials.
+      row pass over the swapped block instead of per-program column partials (or,
+      with ``fwd_tiled``, each tile's column sums: twice the GEMM work, no reduction
+      across a tile's rows).
     fwd_tiled: the forward as slabs of plain GEMM tiles, each with a row and a column
       partial log-sum-exp: both sides in one sweep.
     fwd_bounded: the tiled forward sums 2^(z - shift) against one shift per block (unit

@@ -52,9 +52,10 @@ def tiled(cfg: KernelConfig, pass_: str, bk: int, d: int, itemsize: int,
   pipeline stages whose shared memory for feature size d fits ``limit`` bytes."""
   tiles = (dict(block_m=128, block_n=128, block_d=bk, num_warps=8) if pass_ == "fwd" else
            dict(block_m=64, block_n=128, block_d=bk, num_warps=4))
+  # (the tiled forward's columns from each tile, as the sweep's from its partials)
+  switch = dict(fwd_tiled=True, fwd_col_pass=False) if pass_ == "fwd" else dict(bwd_tiled=True)
   for st in ((3, 2) if pass_ == "fwd" else (4, 3, 2)):
-    cfg = cfg.evolve(**{pass_: dict(tiles, num_stages=st)},
-                     algorithm={f"{pass_}_tiled": True})
+    cfg = cfg.evolve(**{pass_: dict(tiles, num_stages=st)}, algorithm=switch)
     if smem_bytes(cfg, d, itemsize)[pass_ == "bwd"] <= limit:
       break
   return cfg

@@ -88,9 +88,10 @@ def checkerboard(*picks, mod: int = 2, residue: int = 0) -> bool:
 def kernel_path_config(path, d, dtype):
   """A config selecting one kernel path of the Triton backend under the interpreter:
   "partials" / "col_pass" (the sweep forward's two ways to the column statistics) or
-  "tiled" (tiled forward and gradient, a pass per tower) or "tiled_paired" (both
-  towers' gradients from one set of coefficient slabs where both are needed),
-  with tiles small enough that batches of a few dozen rows span several tiles and,
+  "tiled" (tiled forward and gradient, a pass per tower) or "tiled_col_pass" (the
+  same, the forward's columns from a second pass over the swapped block) or
+  "tiled_paired" (both towers' gradients from one set of coefficient slabs where both
+  are needed), with tiles small enough that batches of a few dozen rows span several tiles and,
   tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
   64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
@@ -108,6 +109,7 @@ def kernel_path_config(path, d, dtype):
                        budgets=dict(max_programs=3)),
       "col_pass": dict(algorithm=dict(fwd_col_pass=True), fwd=dict(block_m=32)),
       "tiled": dict(tiles, algorithm=tiled),
+      "tiled_col_pass": dict(tiles, algorithm=dict(tiled, fwd_col_pass=True)),
       # the same, both towers' gradients from one set of slabs (bwd_pair)
       "tiled_paired": dict(tiles, algorithm=dict(tiled, bwd_pair=True)),
       "paired": dict(algorithm=dict(bwd_pair=True),

@@ -58,16 +58,19 @@ def lse_fwd(x, y, scale, row_thr, offsets, bias=None, **options):
 
 def _lse_fwd(x, y, scale, row_thr, offsets, c: FwdCall):
   config = c.config
-  if config.algorithm.fwd_tiled or c.prefix is not None:
-    return _lse_fwd_tiled(x, y, scale, row_thr, offsets, c)
-  assert not c.bounded, "the bounded forward is tiled"
-  if c.two_sided and config.algorithm.fwd_col_pass:   # the columns' statistics as a second row pass
-    one = dataclasses.replace(c, two_sided=False, want_max=True)   # (the ring drops them)
+  tiled = config.algorithm.fwd_tiled or c.prefix is not None
+  if c.two_sided and config.algorithm.fwd_col_pass and c.prefix is None:
+    # the columns' statistics as a second row pass over the swapped block (the sweep
+    # always has its maxima, which the ring drops; the tiled kernel only where asked)
+    one = dataclasses.replace(c, two_sided=False, want_max=c.want_max or not tiled)
     lse_row, _, max_row, _ = _lse_fwd(x, y, scale, row_thr, offsets, one)
     lse_col, _, max_col, _ = _lse_fwd(
         y, x, scale, None, offsets[::-1],
         dataclasses.replace(one, masks=None if c.masks is None else c.masks[::-1]))
     return lse_row, lse_col, max_row, max_col
+  if tiled:
+    return _lse_fwd_tiled(x, y, scale, row_thr, offsets, c)
+  assert not c.bounded, "the bounded forward is tiled"
   (n, d), m = x.shape, y.shape[0]
   bm, bn = config.fwd.block_m, config.fwd.block_n
   block_d, num_d = chunks(d, config.fwd.block_d)
