@@ -28,10 +28,10 @@ import jax.numpy as jnp
 import memeff_jax as mj
 from benchmarks._harness import Result, Writer, compiled_extra_gib, guarded, summarize, time_jax
 from memeff_jax.config import default_config
-from memeff_jax.config.kernel import FLAT
+from memeff_jax.config.kernel import grouped
 
 # Overrides of default_config(d, bf16) in KernelConfig's flat names (short, and what the
-# CSVs' notes hold; ``candidate_config`` applies them through the groups); "bwd" tuples
+# CSVs' notes hold; applied through the groups, ``kernel.grouped``); "bwd" tuples
 # are (block_m, block_n, warps, stages).
 def _f(m, n, w, st, **kw):
   return dict(fwd_block_m=m, fwd_block_n=n, fwd_num_warps=w, fwd_num_stages=st, **kw)
@@ -130,15 +130,6 @@ MRL_CANDIDATES = {
 }
 
 
-def candidate_config(d: int, overrides: dict):
-  """default_config(d, bf16) with a candidate's flat ``overrides`` set in their groups."""
-  groups: dict[str, dict] = {}
-  for name, value in overrides.items():
-    group, field = FLAT[name]
-    groups.setdefault(group, {})[field] = value
-  return default_config(d, jnp.bfloat16).evolve(**groups)
-
-
 def main(argv=None):
   p = argparse.ArgumentParser()
   p.add_argument("--batch", type=int, default=65536)
@@ -163,7 +154,7 @@ def main(argv=None):
     for i, t in enumerate(cands):
       if a.only is not None and str(i) not in a.only.split(","):
         continue
-      cfg = None if i == 0 else candidate_config(d, t)
+      cfg = None if i == 0 else default_config(d, jnp.bfloat16).evolve(**grouped(t))
       base = name.removesuffix("_mrl")
       fn = functools.partial({"clip": mj.clip_loss, "lit": mj.lit_loss,
                               "qwen3": mj.qwen3_loss, "siglip": mj.siglip_loss}[base],

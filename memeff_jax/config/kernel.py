@@ -242,6 +242,15 @@ FLAT = {f"{cls._FLAT}{f.name}": (group, f.name)
         for group, cls in _GROUPS.items() for f in dataclasses.fields(cls)}
 
 
+def grouped(flat: dict[str, Any]) -> dict[str, dict]:
+  """Values by flat name as ``KernelConfig.evolve``'s groups: {group: {field: value}}."""
+  changes: dict[str, dict] = {}
+  for k, v in flat.items():
+    group, field = FLAT[k]
+    changes.setdefault(group, {})[field] = v
+  return changes
+
+
 @dataclasses.dataclass(frozen=True, init=False)
 class KernelConfig:
   """Tile sizes and launch settings of the Triton kernels and the blockwise backend.
@@ -288,10 +297,7 @@ class KernelConfig:
           f"deprecated and go in a future release; use the groups ("
           f"{', '.join(sorted({f'{FLAT[k][0]}.{FLAT[k][1]}' for k in flat}))}){keyword}",
           DeprecationWarning, stacklevel=_caller_level())
-    changes: dict[str, dict] = {}
-    for k, v in flat.items():
-      group, field = FLAT[k]
-      changes.setdefault(group, {})[field] = v
+    changes = grouped(flat)
     for name, cls in _GROUPS.items():
       base = groups[name] if groups[name] is not None else cls()
       object.__setattr__(self, name, dataclasses.replace(base, **changes.get(name, {})))
