@@ -7,7 +7,7 @@ import numpy as np
 
 from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig,
                                       RoleTiles)
-from memeff_jax.config.smem import fit_smem, pow2
+from memeff_jax.config.smem import TILED_FORWARD, fit_smem, pow2
 
 
 def default_config(d: int, dtype, *, interpret: bool = False,
@@ -74,8 +74,7 @@ def _cfg(fwd, bwd, *, fwd_d: int, bwd_d: int, bwd_do: int, one_sided_warps=None,
 
 def _h100_config(d_pad: int, wide: bool) -> KernelConfig:
   res = dict(fwd_d=d_pad, bwd_d=d_pad, bwd_do=d_pad, fwd_col_pass=True)
-  # 16-bit: the forward's GEMM tiles, both sides from each tile
-  tiled = dict(res, fwd_d=64, fwd_tiled=True, fwd_col_pass=False)
+  tiled = dict(res, fwd_d=64, **TILED_FORWARD)   # 16-bit: the forward's GEMM tiles
   if d_pad <= 128:
     return _cfg((64, 64, 8, 3), (128, 64, 8, 3), **res) if wide else \
         _cfg((128, 128, 4, 3), (128, 64, 4, 3) if d_pad <= 64 else (64, 128, 4, 3), **tiled)

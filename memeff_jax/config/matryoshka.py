@@ -12,7 +12,7 @@ import sys
 import warnings
 
 from memeff_jax.config.kernel import Algorithm, KernelConfig, RoleTiles
-from memeff_jax.config.smem import fewer_stages, pow2, smem_limit, tiled
+from memeff_jax.config.smem import TILED_FORWARD, fewer_stages, pow2, smem_limit, tiled
 
 
 def ladder_chunk(dims, block: int) -> int:
@@ -53,7 +53,7 @@ def matryoshka_config(cfg: KernelConfig, dims, itemsize: int, smem_kib: int | No
                  one_sided_warps=None, num_stages=3),
         bwd=dict(block_m=32 if fa else 64, block_n=64, block_d=bk, num_warps=8,
                  num_stages=3, row_role=RoleTiles(), col_role=RoleTiles()),
-        algorithm=dict(fwd_tiled=True, fwd_col_pass=False, bwd_tiled=not fa))
+        algorithm=dict(TILED_FORWARD, bwd_tiled=not fa))
   limit = smem_limit(smem_kib)
   if fa and not interpret and not cfg.algorithm.bwd_tiled:
     # Its pipeline buffers hold a column tile's every chunk: (stages - 1) x BLOCK_N x

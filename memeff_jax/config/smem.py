@@ -12,6 +12,9 @@ def pow2(v: int) -> int:
 
 # The FlashAttention-shaped gradient's kinds of pass: (rows' softmax, columns').
 PASSES = ((True, True), *ROLES)
+# The switch to the tiled forward, both sides from each tile (``Algorithm.fwd_col_pass``
+# would make a two-sided block two one-sided passes; the sweep's rows keep it set).
+TILED_FORWARD = dict(fwd_tiled=True, fwd_col_pass=False)
 
 
 def smem_bytes(cfg: KernelConfig, d: int, itemsize: int,
@@ -52,8 +55,7 @@ def tiled(cfg: KernelConfig, pass_: str, bk: int, d: int, itemsize: int,
   pipeline stages whose shared memory for feature size d fits ``limit`` bytes."""
   tiles = (dict(block_m=128, block_n=128, block_d=bk, num_warps=8) if pass_ == "fwd" else
            dict(block_m=64, block_n=128, block_d=bk, num_warps=4))
-  # (the tiled forward's columns from each tile, as the sweep's from its partials)
-  switch = dict(fwd_tiled=True, fwd_col_pass=False) if pass_ == "fwd" else dict(bwd_tiled=True)
+  switch = TILED_FORWARD if pass_ == "fwd" else dict(bwd_tiled=True)
   for st in ((3, 2) if pass_ == "fwd" else (4, 3, 2)):
     cfg = cfg.evolve(**{pass_: dict(tiles, num_stages=st)}, algorithm=switch)
     if smem_bytes(cfg, d, itemsize)[pass_ == "bwd"] <= limit:
