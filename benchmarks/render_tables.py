@@ -20,9 +20,11 @@ every section):
   table:grad-cache, plot:grad-cache   training steps with grad_cache (bench_grad_cache.py)
 
 Inputs are <prefix>_<stage>*.csv in --results (prefix "h200": the GPU); the plots go to
-<results>/plots, linked relative to each file. A section whose CSVs are missing keeps its
-text (ring: a placeholder). --check writes nothing and exits 1 when a file is not up to
-date.
+<results>/plots, linked relative to each file. A marker's name may end in @PREFIX: its
+section is then rendered from <PREFIX>_<stage>*.csv (the same GPU on another software
+stack, e.g. table:headline@h200_jt04 from h200_jt04_headline_*.csv; plots in
+<plots>/<PREFIX>). A section whose CSVs are missing keeps its text (ring: a
+placeholder). --check writes nothing and exits 1 when a file is not up to date.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ NO_TFLOPS = {"qwen3_k7"}   # the flop count leaves out the hard negatives' work
 BXD_PROVIDERS = ("triton", "blockwise", "dense", "reference", "memeff")
 PLOT_PROVIDERS = {"triton": "memeff_jax (Triton)", "memeff": "memeff 0.3.1 (PyTorch)",
                   "dense": "dense XLA"}
-MARKER = re.compile(r"<!-- (\w+):([\w-]+) -->(.*?)<!-- /\1:\2 -->", re.S)
+MARKER = re.compile(r"<!-- (\w+):([\w@-]+) -->(.*?)<!-- /\1:\2 -->", re.S)
 
 
 def read(*paths: str) -> list[dict]:
@@ -543,14 +545,23 @@ def main(argv=None):
                  help="CSVs (in --results) of B x D cells measured after the table run")
   p.add_argument("--check", action="store_true", help="exit 1 if a file is not current")
   a = p.parse_args(argv)
-  later = [f.format(prefix=a.prefix) for f in a.later.split(",") if f]
-  later = [f for f in later if os.path.exists(os.path.join(a.results, f))]
-  new = sections(a.results, a.prefix, a.plots or os.path.join(a.results, "plots"), later,
-                 draw=not a.check)
-  stale = []
+  plots = a.plots or os.path.join(a.results, "plots")
+  new = {}
+  texts = {}
   for path in (a.readme, a.benchmarks):
     with open(path) as f:
-      old = f.read()
+      texts[path] = f.read()
+  others = {m.group(2).split("@", 1)[1] for t in texts.values() for m in MARKER.finditer(t)
+            if "@" in m.group(2)}
+  for prefix in [a.prefix] + sorted(others - {a.prefix}):
+    later = [f.format(prefix=prefix) for f in a.later.split(",") if f]
+    later = [f for f in later if os.path.exists(os.path.join(a.results, f))]
+    at = "" if prefix == a.prefix else f"@{prefix}"
+    got = sections(a.results, prefix, plots if not at else os.path.join(plots, prefix), later,
+                   draw=not a.check)
+    new.update({f"{key}{at}": v for key, v in got.items()})
+  stale = []
+  for path, old in texts.items():
     text = render(old, new, os.path.dirname(os.path.abspath(path)))
     if a.check:
       print(f"{path}: {'up to date' if text == old else 'not up to date'}")

@@ -26,7 +26,11 @@
 #   source .gpu/setup.sh && STAGES=ring RING_WEAK=65536 bash benchmarks/run_device.sh
 # The memeff stages need memeff 0.3.1 on the GPU machine: put its wheel next to
 # jax-triton's before the call (pip download memeff==0.3.1 --no-deps -d .gpu/), and
-# setup.sh installs it with the rest.
+# setup.sh installs it with the rest. PROVIDERS ("triton memeff"): the benchmark stages'
+# providers, e.g. ours on another stack (Triton 3.9 with memeff on torch's Triton 3.6):
+#   (source .gpu4/setup.sh && OUT=/tmp/out/jt04 STAGES=headline PROVIDERS=triton \
+#      bash benchmarks/run_device.sh)
+#   (source .gpu/setup.sh && OUT=/tmp/out/jt03 STAGES=headline bash benchmarks/run_device.sh)
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 STAGES=${STAGES:-tests headline mrl table big sweep}
@@ -66,7 +70,7 @@ if has tests; then
 fi
 # memeff runs in processes of its own: after jax-triton has run in a process, its
 # Triton finds no cache dir ("Could not create or locate cache dir").
-for prov in triton memeff; do
+for prov in ${PROVIDERS:-triton memeff}; do
   has headline && stage ${T_HEAD:-200} python benchmarks/bench_losses.py \
     --losses clip,lit,qwen3,qwen3_qqdd,qwen3_k7,lit_qwen3,siglip --batch 65536 --dims 512 \
     --providers $prov --reps ${HEAD_REPS:-10} --out "$OUT/headline_$prov.csv"
@@ -75,12 +79,13 @@ for prov in triton memeff; do
     --out "$OUT/headline16k_$prov.csv"
 done
 MRL_LOSSES=clip,clip_mrl,clip_mrl_eager,lit,lit_mrl,qwen3,qwen3_mrl,lit_qwen3,lit_qwen3_mrl
-for prov in triton memeff; do   # ours also in one block (*_mrl_one; memeff has no such form)
+# ours also in one block (*_mrl_one; memeff has no such form)
+for prov in ${PROVIDERS:-triton memeff}; do
   has mrl && stage ${T_MRL:-240} python benchmarks/bench_losses.py --losses $MRL_LOSSES$(
     [ $prov = triton ] && echo ,clip_mrl_one,lit_mrl_one,qwen3_mrl_one,lit_qwen3_mrl_one) \
     --batch 65536 --dims 512 --providers $prov --reps ${MRL_REPS:-10} --out "$OUT/mrl_$prov.csv"
 done
-for prov in triton,blockwise,dense,reference memeff; do
+for prov in $(echo ${PROVIDERS:-triton memeff} | sed 's/triton/triton,blockwise,dense,reference/'); do
   has table && stage ${T_TABLE:-300} python benchmarks/bench_losses.py --losses clip,lit \
     --batch 4096,16384,65536,262144 --dims 128,512,1024 --providers $prov \
     --max-dense-batch 16384 --reps ${TABLE_REPS:-10} --out "$OUT/table_${prov%%,*}.csv"
