@@ -1,8 +1,11 @@
-"""The device-run tooling in benchmarks/: the GPU tests' sharding by expected time."""
+"""The device-run tooling in benchmarks/: the GPU tests' sharding by expected time, and
+the tables rendered from the CSVs of the device runs."""
 
 import random
 
-from benchmarks import shard_tests
+import pytest
+
+from benchmarks import render_tables, shard_tests
 
 
 def test_shards_split_every_id_once_and_balance_time(tmp_path):
@@ -40,3 +43,32 @@ def test_record_reads_call_durations(tmp_path):
   assert shard_tests.record([log], path) == 2
   assert shard_tests.read_durations(path) == {"tests/test_gpu.py::test_a[x-1]": 12.5,
                                               "tests/test_gpu.py::test_b": 3.0}
+
+
+def _headline_csvs(results, prefix, ours_ms, theirs_ms):
+  header = "bench,provider,batch,dim,dtype,ms,ms_min,extra_gib,tflops\n"
+  for prov, ms in (("triton", ours_ms), ("memeff", theirs_ms)):
+    (results / f"{prefix}_headline_{prov}.csv").write_text(
+        header + f"clip,{prov},65536,512,bfloat16,{ms},{ms},0.25,400\n")
+
+
+def test_markers_render_from_their_prefix(tmp_path):
+  # A marker named NAME@PREFIX is rendered from PREFIX_*.csv, a plain one from --prefix's;
+  # a marker without CSVs keeps its text; --check then finds both files current.
+  results = tmp_path / "results"
+  results.mkdir()
+  _headline_csvs(results, "gpu", 50.0, 75.0)
+  _headline_csvs(results, "gpu_new", 40.0, 80.0)
+  readme, bench = tmp_path / "README.md", tmp_path / "benchmarks.md"
+  readme.write_text("<!-- table:headline@gpu_new -->\nold\n<!-- /table:headline@gpu_new -->\n")
+  bench.write_text("<!-- table:headline -->\nold\n<!-- /table:headline -->\n"
+                   "<!-- table:mrl@gpu_new -->\nkept\n<!-- /table:mrl@gpu_new -->\n")
+  args = ["--results", str(results), "--readme", str(readme), "--benchmarks", str(bench),
+          "--prefix", "gpu"]
+  render_tables.main(args)
+  new, old = readme.read_text(), bench.read_text()
+  assert "| CLIP | 40.0 ms" in new and "2.00x" in new and "old" not in new
+  assert "| CLIP | 50.0 ms" in old and "1.50x" in old and "kept" in old
+  with pytest.raises(SystemExit) as done:
+    render_tables.main(args + ["--check"])
+  assert done.value.code == 0
