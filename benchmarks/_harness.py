@@ -60,6 +60,18 @@ def scaling_efficiency(series: str, devices: int, t1: float | None,
   return t1 / (devices * tn) if series == "strong" else devices * t1 / tn
 
 
+def clip_pairs(key, n: int, d: int):
+  """CLIP-like bf16 pairs [n, d]: unit rows, y_i a noisy copy of x_i, so that at t = 0.07
+  each row's softmax leans on its positive (the kernel probes' inputs)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  kx, ky = jax.random.split(key)
+  x = jax.random.normal(kx, (n, d), jnp.float32)
+  y = x + 0.5 * jax.random.normal(ky, (n, d), jnp.float32)
+  unit = lambda v: (v / jnp.linalg.norm(v, axis=1, keepdims=True)).astype(jnp.bfloat16)
+  return unit(x), unit(y)
+
+
 def time_jax(fn: Callable, *args, reps: int = 10, warmup: int = 2) -> list[float]:
   """Milliseconds of ``reps`` calls after ``warmup`` (each waits for its outputs)."""
   import jax  # pylint: disable=g-import-not-at-top
