@@ -22,6 +22,9 @@ the B x B similarities are never stored. Every tile goes through host TMA descri
   64 rows each, both reading every y chunk (empty barriers count two arrivals), not
   ordered: one group's epilogue may run while the other's wgmma is in flight.
 - ``gluon_ws_pp256`` (D = 128): the same with 128 rows a group, BM = 256.
+- ``*_2s`` (``triton``, ``triton_w4``, ``gluon_ws_pp``, ``gluon_ws_pp256``): two-sided, CLIP's
+  forward: each tile's column sums too, one partial row per program (Gluon: per consumer
+  group), added in XLA; checked on the first 512 columns too.
 - ``gluon_ws_pp_ord``, ``gluon_ws_pp256_ord`` (D = 128): FA3's ping-pong, the groups
   taking turns to issue a tile's wgmma (an mbarrier pair); it needs a whole y tile in the
   ring (D // BK <= NUM_BUF), so not at D = 512.
@@ -81,8 +84,8 @@ CHECK_ROWS = 512
 
 
 @triton.jit
-def _triton_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, D: tl.constexpr, BM: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr):
+def _triton_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, col_ptr, D: tl.constexpr,
+                BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, TWO_SIDED: tl.constexpr):
   pid = tl.program_id(0)
   off_m = pid * BM
   scale2 = tl.load(scal_ptr)
@@ -103,6 +106,8 @@ def _triton_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, D: tl.constexpr, BM: tl.co
     if (j < off_m + BM) & (off_m < j + BN):   # the tile holding the diagonal
       e = tl.where(rows[:, None] == (j + cols)[None, :], 0.0, e)
     row_sum += tl.sum(e, 1)
+    if TWO_SIDED:   # this row tile's column sums: one partial row per program
+      tl.store(col_ptr + pid.to(tl.int64) * m + j + cols, tl.sum(e, 0))
   tl.store(out_ptr + rows, row_sum)
 
 
@@ -128,9 +133,10 @@ def _g_producer(x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, off_m, m,
 
 
 @gluon.jit
-def _g_consumer(x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, off_m, m,
-                CID: gl.constexpr, ORDER: gl.constexpr, BMC: gl.constexpr, BN: gl.constexpr,
-                KCH: gl.constexpr, NUM_BUF: gl.constexpr):
+def _g_consumer(x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, col_ptr, off_m,
+                m, CID: gl.constexpr, ORDER: gl.constexpr, BMC: gl.constexpr,
+                BN: gl.constexpr, KCH: gl.constexpr, NUM_BUF: gl.constexpr,
+                TWO_SIDED: gl.constexpr):
   """One warp group (4 warps): rows [off_m + CID BMC, + BMC) against every y tile. With
   ORDER, the two groups take turns issuing a tile's wgmma (FA3's ping-pong: turn[c] is
   signalled by the other group once it has issued its own)."""
@@ -171,13 +177,16 @@ def _g_consumer(x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, of
     if (j < r0 + BMC) & (r0 < j + BN):   # the tile holding the diagonal
       e = gl.where(gl.expand_dims(rows, 1) == gl.expand_dims(j + cols, 0), 0.0, e)
     row_sum += gl.sum(e, axis=1)
+    if TWO_SIDED:   # this group's column sums: one partial row per consumer group
+      gl.store(col_ptr + (r0 // BMC).to(gl.int64) * m + j + cols, gl.sum(e, axis=0))
     t += 1
   gl.store(out_ptr + rows, row_sum)
 
 
 @gluon.jit
-def _gluon_ws_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, D: gl.constexpr, NCONS: gl.constexpr,
-                  NUM_BUF: gl.constexpr, ORDER: gl.constexpr):
+def _gluon_ws_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, col_ptr, D: gl.constexpr,
+                  NCONS: gl.constexpr, NUM_BUF: gl.constexpr, ORDER: gl.constexpr,
+                  TWO_SIDED: gl.constexpr):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
   BN: gl.constexpr = y_desc.block_type.shape[0]
@@ -200,24 +209,25 @@ def _gluon_ws_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, D: gl.constexpr, NCONS: 
     mbarrier.init(turn.index(i), count=1)
   if NCONS == 1:
     gl.warp_specialize([
-        (_g_consumer, (x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, off_m, m,
-                       0, False, BMC, BN, KCH, NUM_BUF)),
+        (_g_consumer, (x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, col_ptr,
+                       off_m, m, 0, False, BMC, BN, KCH, NUM_BUF, TWO_SIDED)),
         (_g_producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, off_m, m, BN, BK,
                        KCH, NUM_BUF)),
     ], [1], [24])
   else:   # the second group first among the workers: it starts on a warp-group boundary
     gl.warp_specialize([
-        (_g_consumer, (x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, off_m, m,
-                       0, ORDER, BMC, BN, KCH, NUM_BUF)),
-        (_g_consumer, (x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, off_m, m,
-                       1, ORDER, BMC, BN, KCH, NUM_BUF)),
+        (_g_consumer, (x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, col_ptr,
+                       off_m, m, 0, ORDER, BMC, BN, KCH, NUM_BUF, TWO_SIDED)),
+        (_g_consumer, (x_smem, y_smem, x_bar, ready, empty, turn, scal_ptr, out_ptr, col_ptr,
+                       off_m, m, 1, ORDER, BMC, BN, KCH, NUM_BUF, TWO_SIDED)),
         (_g_producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, off_m, m, BN, BK,
                        KCH, NUM_BUF)),
     ], [4, 1], [232, 24])
 
 
 @gluon.jit
-def _gluon_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, D: gl.constexpr, NUM_BUF: gl.constexpr):
+def _gluon_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, col_ptr, D: gl.constexpr,
+               NUM_BUF: gl.constexpr, TWO_SIDED: gl.constexpr):
   """No partitions: num_warps warps (4 or 8, [num_warps, 1] over the rows), the y chunk
   NUM_BUF - 1 ahead loaded as each wgmma is issued."""
   BM: gl.constexpr = x_desc.block_type.shape[0]
@@ -272,6 +282,8 @@ def _gluon_fwd(x_desc, y_desc, scal_ptr, m, out_ptr, D: gl.constexpr, NUM_BUF: g
     if (j < off_m + BM) & (off_m < j + BN):   # the tile holding the diagonal
       e = gl.where(gl.expand_dims(rows, 1) == gl.expand_dims(j + cols, 0), 0.0, e)
     row_sum += gl.sum(e, axis=1)
+    if TWO_SIDED:
+      gl.store(col_ptr + gl.program_id(0).to(gl.int64) * m + j + cols, gl.sum(e, axis=0))
   gl.store(out_ptr + rows, row_sum)
 
 
@@ -303,6 +315,14 @@ VARIANTS = {   # the riskier ones last: a hung kernel (a barrier never completed
                     lambda d: dict(NCONS=2, NUM_BUF=_nbuf(d), ORDER=False), lambda d: True),
     "gluon_ws_pp256": (_gluon_ws_fwd, 256, 128, _bk, 4, 1,
                        lambda d: dict(NCONS=2, NUM_BUF=3, ORDER=False), lambda d: d <= 128),
+    # two-sided (_2s, CLIP's forward): also each tile's column sums, one partial row per
+    # program (consumer group), added in XLA
+    "triton_2s": (_triton_fwd, 128, 128, _bk, 8, 3, lambda d: {}, lambda d: True),
+    "triton_w4_2s": (_triton_fwd, 128, 128, _bk, 4, 3, lambda d: {}, lambda d: True),
+    "gluon_ws_pp_2s": (_gluon_ws_fwd, 128, 128, _bk, 4, 1,
+                       lambda d: dict(NCONS=2, NUM_BUF=_nbuf(d), ORDER=False), lambda d: True),
+    "gluon_ws_pp256_2s": (_gluon_ws_fwd, 256, 128, _bk, 4, 1,
+                          lambda d: dict(NCONS=2, NUM_BUF=3, ORDER=False), lambda d: d <= 128),
     # ORDER: a tile's chunks must fit the ring (KCH <= NUM_BUF), so D <= 128 only
     "gluon_ws_pp_ord": (_gluon_ws_fwd, 128, 128, _bk, 4, 1,
                         lambda d: dict(NCONS=2, NUM_BUF=_nbuf(d), ORDER=True),
@@ -310,6 +330,10 @@ VARIANTS = {   # the riskier ones last: a hung kernel (a barrier never completed
     "gluon_ws_pp256_ord": (_gluon_ws_fwd, 256, 128, _bk, 4, 1,
                            lambda d: dict(NCONS=2, NUM_BUF=3, ORDER=True), lambda d: d <= 128),
 }
+
+
+def _two_sided(variant: str) -> bool:
+  return variant.endswith("_2s")
 
 
 def _is_gluon(kernel) -> bool:
@@ -385,20 +409,27 @@ def launch(x, y, scale2, variant):
   else:
     xd, yd = _compat.Tiles(x, (bm, bk)), _compat.Tiles(y, (bn, bk))
     consts = dict(D=d, BM=bm, BN=bn, BK=bk)
+  two = _two_sided(variant)
+  parts = n // (bm // consts.get("NCONS", 1))   # column partial rows
+  out = [jax.ShapeDtypeStruct((n,), jnp.float32),
+         jax.ShapeDtypeStruct((parts, y.shape[0]) if two else (1,), jnp.float32)]
   # _compat launches with the PTX's .reqntid: 8 or 12 warps for the partitioned kernels
-  return _compat.triton_call(
-      xd, yd, scale2, y.shape[0], kernel=kernel,
-      out_shapes=jax.ShapeDtypeStruct((n,), jnp.float32), grid=(n // bm,),
-      name=f"gluon_fwd_{variant}", num_warps=warps, num_stages=stages, **consts)
+  row, col = _compat.triton_call(
+      xd, yd, scale2, y.shape[0], kernel=kernel, out_shapes=out, grid=(n // bm,),
+      name=f"gluon_fwd_{variant}", num_warps=warps, num_stages=stages, TWO_SIDED=two,
+      **consts)
+  return row, (jnp.sum(col, 0) if two else None)
 
 
 def reference(x, y, scale2, rows):
-  """float32 row sums of the first ``rows`` rows, the diagonal left out."""
-  s = jnp.dot(x[:rows].astype(jnp.float32), y.astype(jnp.float32).T,
-              precision=jax.lax.Precision.HIGHEST)
-  e = jnp.exp2(s * scale2[0] - (scale2[0] - BOUND))
-  e = e.at[jnp.arange(rows), jnp.arange(rows)].set(0.0)
-  return jnp.sum(e, 1)
+  """float32 sums of the first ``rows`` rows and of the first ``rows`` columns, the
+  diagonal left out."""
+  def sums(a, b):
+    s = jnp.dot(a[:rows].astype(jnp.float32), b.astype(jnp.float32).T,
+                precision=jax.lax.Precision.HIGHEST)
+    e = jnp.exp2(s * scale2[0] - (scale2[0] - BOUND))
+    return jnp.sum(e.at[jnp.arange(rows), jnp.arange(rows)].set(0.0), 1)
+  return sums(x, y), sums(y, x)
 
 
 def run(a):
@@ -432,7 +463,8 @@ def run(a):
       try:
         fn = jax.jit(lambda x, y, s, v=variant: launch(x, y, s, v))
         got = fn(x, y, scale2)
-        err = float(jnp.max(jnp.abs(got[:CHECK_ROWS] - want) / want))
+        err = max(float(jnp.max(jnp.abs(g[:CHECK_ROWS] - w) / w))
+                  for g, w in zip(got, want) if g is not None)
         bad = not np.isfinite(err) or err > 2e-2
         row.update(err=err if np.isfinite(err) else str(err), wrong=bool(bad))
         ms = statistics.median(time_jax(fn, x, y, scale2, reps=a.reps))
@@ -459,7 +491,7 @@ def compile_sm90(variant, d) -> dict:
   from triton._C import libtriton  # pylint: disable=g-import-not-at-top
   from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
   from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
-  from triton.experimental.gluon._runtime import GluonASTSource  # pylint: disable=g-import-not-at-top
+  from triton.experimental.gluon import _runtime  # pylint: disable=g-import-not-at-top
   kernel, bm, bn, bk, warps, stages, extra, _ = VARIANTS[variant]
   bk = bk(d)
   if _is_gluon(kernel):
@@ -470,17 +502,19 @@ def compile_sm90(variant, d) -> dict:
     xt, yt = f"tensordesc<bf16[{bm},{bk}]>", f"tensordesc<bf16[{bn},{bk}]>"
     consts = dict(D=d, BM=bm, BN=bn, BK=bk)
   names = kernel.arg_names
-  sig = dict(x_desc=xt, y_desc=yt, scal_ptr="*fp32", m="i32", out_ptr="*fp32")
+  consts["TWO_SIDED"] = _two_sided(variant)
+  sig = dict(x_desc=xt, y_desc=yt, scal_ptr="*fp32", m="i32", out_ptr="*fp32",
+             col_ptr="*fp32")
   sig = {n: sig.get(n, "constexpr") for n in names}
   attrs = {(names.index(n),): [["tt.divisibility", 16]]
-           for n in ("x_desc", "y_desc", "scal_ptr", "out_ptr")}
+           for n in ("x_desc", "y_desc", "scal_ptr", "out_ptr", "col_ptr")}
   target = GPUTarget("cuda", 90, 32)
   backend = triton.compiler.make_backend(target)
   options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=1))
   context = libtriton.ir.context()
   libtriton.ir.load_dialects(context)
   backend.load_dialects(context)
-  cls = GluonASTSource if _is_gluon(kernel) else ASTSource
+  cls = _runtime.GluonASTSource if _is_gluon(kernel) else ASTSource
   module = cls(kernel, sig, consts, attrs).make_ir(
       target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
       context)
