@@ -30,7 +30,7 @@ the B x B similarities are never stored. Every tile goes through host TMA descri
   ring (D // BK <= NUM_BUF), so not at D = 512.
 
 jax-triton 0.4.1 compiles a Gluon module with Triton's make_ttir + make_ttgir passes,
-which rewrite the kernel (a wgmma wait after every wgmma); ``gluon_compile_fix`` routes
+which rewrite the kernel (a wgmma wait after every wgmma); ``_gluon.gluon_compile_fix`` routes
 Gluon modules through ``gluon_to_ttgir`` as ``triton.compile`` does (--jt-pipeline: not).
 Warp-specialized kernels launch through ``_compat`` with the PTX's ``.reqntid`` (8 or 12
 warps). Each variant is checked against float32 jnp on the first 512 rows, then timed
@@ -46,17 +46,9 @@ memory and the compiled warps:
 
 from __future__ import annotations
 
-import argparse
-import functools
-import json
-import os
 import pathlib
-import re
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 
 if __package__ in (None, ""):   # run as a file
   sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
@@ -71,6 +63,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
+from benchmarks._gluon import (compile_rows, compile_sm90, compiled_via, guarded, is_gluon,
+                               layout, main)
 from benchmarks._harness import clip_pairs, time_jax
 from memeff_jax import _compat
 
@@ -336,61 +330,17 @@ def _two_sided(variant: str) -> bool:
   return variant.endswith("_2s")
 
 
-def _is_gluon(kernel) -> bool:
-  return getattr(kernel, "is_gluon", lambda: False)()
-
-
-def _layout(block):
-  return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16)
-
-
-# ---------------------------------------------------------------------------------------
-# Compiling as jax-triton does
-
-
-def to_ptx(module, backend, options, arch) -> dict:
-  """A module built by ``(Gluon)ASTSource.make_ir`` lowered to PTX as jax-triton 0.4.1's
-  ``compile_ttir_to_ptx_inplace`` does, except that a Gluon module (its ``ttg.num-warps``
-  is set at make_ir) goes through the backend's ``gluon_to_ttgir``, as ``triton.compile``
-  does: jax-triton runs ``make_ttir`` + ``make_ttgir`` on it too, whose passes rewrite the
-  hand-written kernel (compiled here: a ``wgmma.wait_group 0`` after every wgmma, so no
-  wgmma stays in flight, and extra layout conversions)."""
-  md = {}
-  if module.get_int_attr("ttg.num-warps") is not None:
-    ttgir = backend.gluon_to_ttgir(module, md, options, arch)
-  else:
-    ttgir = backend.make_ttgir(backend.make_ttir(module, md, options, arch), md, options, arch)
-  ttgir_text = str(ttgir)   # make_llir lowers the module in place
-  llir = backend.make_llir(ttgir, md, options, arch)
-  ptx = backend.make_ptx(llir, md, options, arch)
-  return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
-
-
-@functools.cache
-def gluon_compile_fix() -> bool:
-  """Route jax-triton 0.4.1's compile of Gluon modules through ``to_ptx`` (in memory, once;
-  Triton modules compile as before). False where jax-triton has no such hook."""
-  from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
-  orig = getattr(tlib, "compile_ttir_inplace", None)
-  result = getattr(tlib, "CompilationResult", None)
-  if orig is None or result is None:
-    return False
-
-  def compile_ttir_inplace(ttir, backend, options, gpu_target):
-    if (ttir.get_int_attr("ttg.num-warps") is None or not hasattr(backend, "gluon_to_ttgir")
-        or not isinstance(gpu_target.arch, int)):
-      return orig(ttir, backend, options, gpu_target)
-    out = to_ptx(ttir, backend, options, gpu_target.arch)
-    md = out["md"]
-    align = md.get("global_scratch_align")
-    return result(binary=out["ptx"], name=md["name"], shared_mem_bytes=md["shared"],
-                  ttgir=out["ttgir"], llir=out["llir"],
-                  global_scratch_size=md.get("global_scratch_size") or None,
-                  global_scratch_align=None if align in (None, 1) else align,
-                  tensordesc_meta=md["tensordesc_meta"])
-
-  tlib.compile_ttir_inplace = compile_ttir_inplace
-  return True
+def _args(variant, d):
+  """(kernel, BM, BN, BK, warps, stages, constexprs, runtime signature) of ``variant`` at D."""
+  kernel, bm, bn, bk, warps, stages, extra, _ = VARIANTS[variant]
+  bk = bk(d)
+  consts = dict(D=d, TWO_SIDED=_two_sided(variant),
+                **(extra(d) if is_gluon(kernel) else dict(BM=bm, BN=bn, BK=bk)))
+  desc = (lambda r: f"tensordesc<bf16[{r},{bk}],{layout((r, bk))!r}>") if is_gluon(kernel) else (
+      lambda r: f"tensordesc<bf16[{r},{bk}]>")
+  sig = dict(x_desc=desc(bm), y_desc=desc(bn), scal_ptr="*fp32", m="i32", out_ptr="*fp32",
+             col_ptr="*fp32")
+  return kernel, bm, bn, bk, warps, stages, consts, sig
 
 
 # ---------------------------------------------------------------------------------------
@@ -399,25 +349,21 @@ def gluon_compile_fix() -> bool:
 
 def launch(x, y, scale2, variant):
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
-  kernel, bm, bn, bk, warps, stages, extra, _ = VARIANTS[variant]
   n, d = x.shape
-  bk = bk(d)
-  if _is_gluon(kernel):   # host descriptors carrying Gluon's shared layout
-    xd = jt.TensorDescriptor.from_array(x, (bm, bk), layout=_layout((bm, bk)))
-    yd = jt.TensorDescriptor.from_array(y, (bn, bk), layout=_layout((bn, bk)))
-    consts = dict(D=d, **extra(d))
+  kernel, bm, bn, bk, warps, stages, consts, _ = _args(variant, d)
+  if is_gluon(kernel):   # host descriptors carrying Gluon's shared layout
+    xd = jt.TensorDescriptor.from_array(x, (bm, bk), layout=layout((bm, bk)))
+    yd = jt.TensorDescriptor.from_array(y, (bn, bk), layout=layout((bn, bk)))
   else:
     xd, yd = _compat.Tiles(x, (bm, bk)), _compat.Tiles(y, (bn, bk))
-    consts = dict(D=d, BM=bm, BN=bn, BK=bk)
-  two = _two_sided(variant)
+  two = consts["TWO_SIDED"]
   parts = n // (bm // consts.get("NCONS", 1))   # column partial rows
   out = [jax.ShapeDtypeStruct((n,), jnp.float32),
          jax.ShapeDtypeStruct((parts, y.shape[0]) if two else (1,), jnp.float32)]
   # _compat launches with the PTX's .reqntid: 8 or 12 warps for the partitioned kernels
   row, col = _compat.triton_call(
       xd, yd, scale2, y.shape[0], kernel=kernel, out_shapes=out, grid=(n // bm,),
-      name=f"gluon_fwd_{variant}", num_warps=warps, num_stages=stages, TWO_SIDED=two,
-      **consts)
+      name=f"gluon_fwd_{variant}", num_warps=warps, num_stages=stages, **consts)
   return row, (jnp.sum(col, 0) if two else None)
 
 
@@ -435,12 +381,7 @@ def reference(x, y, scale2, rows):
 def run(a):
   n = a.batch
   assert n % 256 == 0, "whole tiles only"
-  try:
-    fixed = False if a.jt_pipeline else gluon_compile_fix()
-  except ImportError as e:   # jax-triton missing: every variant reports it below
-    fixed = False
-    print(f"gluon_compile_fix: {e}", file=sys.stderr)
-  path = "gluon_to_ttgir" if fixed else "jax-triton's make_ttir + make_ttgir"
+  path = compiled_via(a)
   for d in map(int, a.dims.split(",")):
     x, y = clip_pairs(jax.random.key(d), n, d)   # unit rows: s <= 1, the bound's premise
     scale2 = jnp.full((1,), SCALE2, jnp.float32)
@@ -448,20 +389,9 @@ def run(a):
     for variant in a.variants.split(","):
       if not VARIANTS[variant][7](d):
         continue
-      row = dict(bench="gluon_fwd", variant=variant, batch=n, dim=d, ms=None, tflops=None,
-                 err=None, wrong=None,
-                 note=f"compiled via {path}" if _is_gluon(VARIANTS[variant][0]) else "")
 
-      def hung(row=row):   # a kernel that never returns (e.g. an mbarrier deadlock)
-        row["note"] += f"; no result after {a.variant_timeout} s: stopped the run"
-        print("RESULT " + json.dumps(row), flush=True)
-        os._exit(124)   # pylint: disable=protected-access
-
-      watchdog = threading.Timer(a.variant_timeout, hung)
-      watchdog.daemon = True
-      watchdog.start()
-      try:
-        fn = jax.jit(lambda x, y, s, v=variant: launch(x, y, s, v))
+      def body(row, variant=variant):
+        fn = jax.jit(lambda x, y, s: launch(x, y, s, variant))
         got = fn(x, y, scale2)
         err = max(float(jnp.max(jnp.abs(g[:CHECK_ROWS] - w) / w))
                   for g, w in zip(got, want) if g is not None)
@@ -469,121 +399,24 @@ def run(a):
         row.update(err=err if np.isfinite(err) else str(err), wrong=bool(bad))
         ms = statistics.median(time_jax(fn, x, y, scale2, reps=a.reps))
         row.update(ms=round(ms, 4), tflops=round(2 * n * n * d / ms / 1e9, 1))
-      except Exception as e:   # pylint: disable=broad-except
-        row["note"] += (("; " if row["note"] else "") + f"{type(e).__name__}: "
-                        f"{' '.join(str(e).split())[:300]}")
-      watchdog.cancel()
-      print("RESULT " + json.dumps(row), flush=True)
+
+      guarded(dict(bench="gluon_fwd", variant=variant, batch=n, dim=d, ms=None, tflops=None,
+                   err=None, wrong=None,
+                   note=f"compiled via {path}" if is_gluon(VARIANTS[variant][0]) else ""),
+              a.variant_timeout, body)
 
 
 # ---------------------------------------------------------------------------------------
-# Without a GPU: compile every variant for sm_90
-
-
-PTXAS = os.environ.get("TRITON_PTXAS_BLACKWELL_PATH") or os.path.join(
-    os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
-
-
-def compile_sm90(variant, d) -> dict:
-  """``variant`` at dimension ``d`` compiled for sm_90 as jax-triton (with
-  ``gluon_compile_fix``) would: constants by name, arrays and descriptors 16-byte
-  aligned, host descriptors, ``m`` a runtime i32."""
-  from triton._C import libtriton  # pylint: disable=g-import-not-at-top
-  from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
-  from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
-  from triton.experimental.gluon import _runtime  # pylint: disable=g-import-not-at-top
-  kernel, bm, bn, bk, warps, stages, extra, _ = VARIANTS[variant]
-  bk = bk(d)
-  if _is_gluon(kernel):
-    xt = f"tensordesc<bf16[{bm},{bk}],{_layout((bm, bk))!r}>"
-    yt = f"tensordesc<bf16[{bn},{bk}],{_layout((bn, bk))!r}>"
-    consts = dict(D=d, **extra(d))
-  else:
-    xt, yt = f"tensordesc<bf16[{bm},{bk}]>", f"tensordesc<bf16[{bn},{bk}]>"
-    consts = dict(D=d, BM=bm, BN=bn, BK=bk)
-  names = kernel.arg_names
-  consts["TWO_SIDED"] = _two_sided(variant)
-  sig = dict(x_desc=xt, y_desc=yt, scal_ptr="*fp32", m="i32", out_ptr="*fp32",
-             col_ptr="*fp32")
-  sig = {n: sig.get(n, "constexpr") for n in names}
-  attrs = {(names.index(n),): [["tt.divisibility", 16]]
-           for n in ("x_desc", "y_desc", "scal_ptr", "out_ptr", "col_ptr")}
-  target = GPUTarget("cuda", 90, 32)
-  backend = triton.compiler.make_backend(target)
-  options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=1))
-  context = libtriton.ir.context()
-  libtriton.ir.load_dialects(context)
-  backend.load_dialects(context)
-  cls = _runtime.GluonASTSource if _is_gluon(kernel) else ASTSource
-  module = cls(kernel, sig, consts, attrs).make_ir(
-      target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
-      context)
-  return to_ptx(module, backend, options, target.arch)
-
-
-def ptxas_usage(ptx: str) -> dict:
-  """Registers, spill stores / loads of ``ptx`` by ``ptxas -v -arch=sm_90a``."""
-  with tempfile.TemporaryDirectory() as tmp:
-    src = os.path.join(tmp, "k.ptx")
-    with open(src, "w") as f:
-      f.write(ptx)
-    out = subprocess.run([PTXAS, "-v", "-arch=sm_90a", src, "-o", os.path.join(tmp, "k.cubin")],
-                         capture_output=True, text=True)
-  text = out.stdout + out.stderr
-  regs = re.search(r"Used (\d+) registers", text)
-  spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
-  return dict(registers=int(regs.group(1)) if regs else None,
-              spill_stores=int(spill.group(1)) if spill else None,
-              spill_loads=int(spill.group(2)) if spill else None,
-              ptxas_rc=out.returncode, ptxas_err="" if out.returncode == 0 else text[-300:])
+# Without a GPU: compile every variant for sm_90 (host descriptors, ``m`` a runtime i32)
 
 
 def compile_only(a):
-  print(f"triton {triton.__version__}, sm_90 (ptxas -arch=sm_90a)", flush=True)
-  for d in map(int, a.dims.split(",")):
-    for variant in a.variants.split(","):
-      if not VARIANTS[variant][7](d):
-        continue
-      row = dict(variant=variant, dim=d)
-      try:
-        k = compile_sm90(variant, d)
-        ptx, md = k["ptx"], k["md"]
-        reqntid = re.search(r"^\s*\.reqntid\s+(\d+)", ptx, re.MULTILINE)
-        maxnreg = re.search(r"^\s*\.maxnreg\s+(\d+)", ptx, re.MULTILINE)
-        row.update(
-            asked_warps=VARIANTS[variant][4], metadata_warps=md["num_warps"],
-            reqntid_warps=int(reqntid.group(1)) // 32 if reqntid else None,
-            maxnreg=int(maxnreg.group(1)) if maxnreg else None,
-            shared_kib=round(md["shared"] / 1024, 1),
-            global_scratch=md.get("global_scratch_size"),
-            partitioned="ttg.warp_specialize" in k["ttgir"],
-            setmaxnreg=re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx),
-            wgmma=ptx.count("wgmma.mma_async"),
-            wait_group0=len(re.findall(r"wgmma\.wait_group\.sync\.aligned 0;", ptx)),
-            tma_loads=ptx.count("cp.async.bulk.tensor"), **ptxas_usage(ptx))
-      except Exception as e:   # pylint: disable=broad-except
-        row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
-      print("COMPILE " + json.dumps(row), flush=True)
-
-
-def main():
-  p = argparse.ArgumentParser()
-  p.add_argument("--batch", type=int, default=65536)
-  p.add_argument("--dims", default="128,512")
-  p.add_argument("--reps", type=int, default=20)
-  p.add_argument("--variants", default=",".join(VARIANTS))
-  p.add_argument("--variant-timeout", type=float, default=45.0,
-                 help="seconds a variant (compile, check, timing) may take before the run stops")
-  p.add_argument("--jt-pipeline", action="store_true",
-                 help="compile Gluon kernels through jax-triton's own make_ttir + make_ttgir")
-  p.add_argument("--compile-only", action="store_true",
-                 help="compile every variant for sm_90 here (no GPU, no jax launch)")
-  a = p.parse_args()
-  if a.compile_only:
-    compile_only(a)
-  else:
-    run(a)
+  def build(variant, d):
+    kernel, _, _, _, warps, stages, consts, sig = _args(variant, d)
+    ptrs = ("x_desc", "y_desc", "scal_ptr", "out_ptr", "col_ptr")
+    return compile_sm90(kernel, sig, ptrs, consts, warps, stages), warps, {}
+  compile_rows(a, VARIANTS, build)
 
 
 if __name__ == "__main__":
-  main()
+  main(VARIANTS, run, compile_only, reps=20)

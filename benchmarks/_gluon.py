@@ -1,0 +1,209 @@
+"""What the Gluon probes (bench_gluon_fwd.py, bench_gluon_grad.py) share: compiling a Triton
+or Gluon kernel for sm_90 as jax-triton would (no GPU), jax-triton 0.4.1's Gluon compile
+rerouted, the compile report, and each variant's run on the GPU under a watchdog.
+
+jax-triton 0.4.1 compiles a Gluon module with Triton's make_ttir + make_ttgir passes,
+which rewrite the hand-written kernel (compiled here: a ``wgmma.wait_group 0`` after
+every wgmma, so no wgmma stays in flight, and extra layout conversions);
+``gluon_compile_fix`` routes Gluon modules through ``gluon_to_ttgir`` as
+``triton.compile`` does (``--jt-pipeline``: not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+
+import triton
+from triton.experimental.gluon import language as gl
+
+PTXAS = os.environ.get("TRITON_PTXAS_BLACKWELL_PATH") or os.path.join(
+    os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+
+
+def is_gluon(kernel) -> bool:
+  return getattr(kernel, "is_gluon", lambda: False)()
+
+
+def layout(block):
+  """The NVMMA shared layout of a bf16 ``block`` (what Gluon's host descriptors carry)."""
+  return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16)
+
+
+def to_ptx(module, backend, options, arch) -> dict:
+  """A module built by ``(Gluon)ASTSource.make_ir`` lowered to PTX as jax-triton 0.4.1's
+  ``compile_ttir_to_ptx_inplace`` does, except that a Gluon module (its ``ttg.num-warps``
+  is set at make_ir) goes through the backend's ``gluon_to_ttgir``."""
+  md = {}
+  if module.get_int_attr("ttg.num-warps") is not None:
+    ttgir = backend.gluon_to_ttgir(module, md, options, arch)
+  else:
+    ttgir = backend.make_ttgir(backend.make_ttir(module, md, options, arch), md, options, arch)
+  ttgir_text = str(ttgir)   # make_llir lowers the module in place
+  llir = backend.make_llir(ttgir, md, options, arch)
+  ptx = backend.make_ptx(llir, md, options, arch)
+  return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
+
+
+@functools.cache
+def gluon_compile_fix() -> bool:
+  """Route jax-triton 0.4.1's compile of Gluon modules through ``to_ptx`` (in memory, once;
+  Triton modules compile as before). False where jax-triton has no such hook."""
+  from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
+  orig = getattr(tlib, "compile_ttir_inplace", None)
+  result = getattr(tlib, "CompilationResult", None)
+  if orig is None or result is None:
+    return False
+
+  def compile_ttir_inplace(ttir, backend, options, gpu_target):
+    if (ttir.get_int_attr("ttg.num-warps") is None or not hasattr(backend, "gluon_to_ttgir")
+        or not isinstance(gpu_target.arch, int)):
+      return orig(ttir, backend, options, gpu_target)
+    out = to_ptx(ttir, backend, options, gpu_target.arch)
+    md = out["md"]
+    align = md.get("global_scratch_align")
+    return result(binary=out["ptx"], name=md["name"], shared_mem_bytes=md["shared"],
+                  ttgir=out["ttgir"], llir=out["llir"],
+                  global_scratch_size=md.get("global_scratch_size") or None,
+                  global_scratch_align=None if align in (None, 1) else align,
+                  tensordesc_meta=md["tensordesc_meta"])
+
+  tlib.compile_ttir_inplace = compile_ttir_inplace
+  return True
+
+
+def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int) -> dict:
+  """``kernel`` compiled for sm_90 as jax-triton (with ``gluon_compile_fix``) would:
+  ``sig`` the runtime arguments' types by name (the rest are ``consts``), the arrays and
+  descriptors named in ``ptrs`` 16-byte aligned."""
+  from triton._C import libtriton  # pylint: disable=g-import-not-at-top
+  from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
+  from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
+  from triton.experimental.gluon import _runtime  # pylint: disable=g-import-not-at-top
+  names = kernel.arg_names
+  sig = {n: sig.get(n, "constexpr") for n in names}
+  attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
+  target = GPUTarget("cuda", 90, 32)
+  backend = triton.compiler.make_backend(target)
+  options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=1))
+  context = libtriton.ir.context()
+  libtriton.ir.load_dialects(context)
+  backend.load_dialects(context)
+  cls = _runtime.GluonASTSource if is_gluon(kernel) else ASTSource
+  module = cls(kernel, sig, consts, attrs).make_ir(
+      target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
+      context)
+  return to_ptx(module, backend, options, target.arch)
+
+
+def ptxas(ptx: str) -> dict:
+  """Registers, spill stores / loads and warnings of ``ptx`` by ``ptxas -v -arch=sm_90a``
+  (a serialized wgmma chain is a warning)."""
+  with tempfile.TemporaryDirectory() as tmp:
+    src = os.path.join(tmp, "k.ptx")
+    with open(src, "w") as f:
+      f.write(ptx)
+    out = subprocess.run([PTXAS, "-v", "-arch=sm_90a", src, "-o", os.path.join(tmp, "k.cubin")],
+                         capture_output=True, text=True)
+  text = out.stdout + out.stderr
+  regs = re.search(r"Used (\d+) registers", text)
+  spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
+  return dict(registers=int(regs.group(1)) if regs else None,
+              spill_stores=int(spill.group(1)) if spill else None,
+              spill_loads=int(spill.group(2)) if spill else None,
+              ptxas_rc=out.returncode, ptxas_err="" if out.returncode == 0 else text[-300:],
+              ptxas_warnings=[" ".join(l.split())[:200] for l in text.splitlines()
+                              if "warning" in l.lower()])
+
+
+def report(compiled: dict, warps: int) -> dict:
+  """What a compile gives: the warps asked, in the metadata and in the PTX's
+  ``.reqntid`` (what ``_compat`` launches), registers (``.maxnreg``, ``setmaxnreg``, ptxas),
+  shared memory, whether it is partitioned, wgmma and their full waits, TMA loads."""
+  ptx, md = compiled["ptx"], compiled["md"]
+  reqntid = re.search(r"^\s*\.reqntid\s+(\d+)", ptx, re.MULTILINE)
+  maxnreg = re.search(r"^\s*\.maxnreg\s+(\d+)", ptx, re.MULTILINE)
+  return dict(
+      asked_warps=warps, metadata_warps=md["num_warps"],
+      reqntid_warps=int(reqntid.group(1)) // 32 if reqntid else None,
+      maxnreg=int(maxnreg.group(1)) if maxnreg else None,
+      shared_kib=round(md["shared"] / 1024, 1), global_scratch=md.get("global_scratch_size"),
+      partitioned="ttg.warp_specialize" in compiled["ttgir"],
+      setmaxnreg=re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", ptx),
+      wgmma=ptx.count("wgmma.mma_async"),
+      wait_group0=len(re.findall(r"wgmma\.wait_group\.sync\.aligned 0;", ptx)),
+      tma_loads=ptx.count("cp.async.bulk.tensor"), **ptxas(ptx))
+
+
+def compile_rows(a, variants: dict, build) -> None:
+  """``--compile-only``: for every variant of ``variants`` (name -> tuple whose last item
+  says whether it runs at D) and D of ``a.dims``, ``build(variant, d)`` -> (compiled,
+  warps, extra row fields), printed as a COMPILE line."""
+  print(f"triton {triton.__version__}, sm_90 (ptxas -arch=sm_90a)", flush=True)
+  for d in map(int, a.dims.split(",")):
+    for variant in a.variants.split(","):
+      if not variants[variant][-1](d):
+        continue
+      row = dict(variant=variant, dim=d)
+      try:
+        compiled, warps, extra = build(variant, d)
+        row.update(extra, **report(compiled, warps))
+      except Exception as e:   # pylint: disable=broad-except
+        row["error"] = f"{type(e).__name__}: {str(e)[:600]}"
+      print("COMPILE " + json.dumps(row), flush=True)
+
+
+def compiled_via(a) -> str:
+  """Reroute jax-triton's Gluon compile unless ``--jt-pipeline``; the path, for the notes."""
+  try:
+    fixed = False if a.jt_pipeline else gluon_compile_fix()
+  except ImportError as e:   # jax-triton missing: every variant reports it
+    fixed = False
+    print(f"gluon_compile_fix: {e}", file=sys.stderr)
+  return "gluon_to_ttgir" if fixed else "jax-triton's make_ttir + make_ttgir"
+
+
+def guarded(row: dict, timeout: float, body) -> None:
+  """``body(row)`` (fills the row: check, then timing), then the row as a RESULT line; an
+  exception goes to the row's note. A variant still running after ``timeout`` seconds
+  (e.g. an mbarrier that never completes) is reported and ends the process (code 124),
+  so the riskier variants come last."""
+  def hung():
+    row["note"] += f"; no result after {timeout} s: stopped the run"
+    print("RESULT " + json.dumps(row), flush=True)
+    os._exit(124)   # pylint: disable=protected-access
+
+  watchdog = threading.Timer(timeout, hung)
+  watchdog.daemon = True
+  watchdog.start()
+  try:
+    body(row)
+  except Exception as e:   # pylint: disable=broad-except
+    row["note"] += (("; " if row["note"] else "") + f"{type(e).__name__}: "
+                    f"{' '.join(str(e).split())[:300]}")
+  watchdog.cancel()
+  print("RESULT " + json.dumps(row), flush=True)
+
+
+def main(variants: dict, run, compile_only, reps: int) -> None:
+  """The probes' command line: ``run(a)`` on the GPU, ``compile_only(a)`` without one."""
+  p = argparse.ArgumentParser()
+  p.add_argument("--batch", type=int, default=65536)
+  p.add_argument("--dims", default="128,512")
+  p.add_argument("--reps", type=int, default=reps)
+  p.add_argument("--variants", default=",".join(variants))
+  p.add_argument("--variant-timeout", type=float, default=45.0,
+                 help="seconds a variant (compile, check, timing) may take before the run stops")
+  p.add_argument("--jt-pipeline", action="store_true",
+                 help="compile Gluon kernels through jax-triton's own make_ttir + make_ttgir")
+  p.add_argument("--compile-only", action="store_true",
+                 help="compile every variant for sm_90 here (no GPU, no jax launch)")
+  a = p.parse_args()
+  (compile_only if a.compile_only else run)(a)
