@@ -29,9 +29,14 @@ Variants (the riskier last):
   consumer groups get 240 registers a thread (setmaxnreg), the producer 24.
 - ``gluon_ws_pp_bn128`` (D = 512): the same on 128-column tiles, 3 chunks in the ring
   (S [64, 128] takes 64 registers more: ptxas spills a few bytes; the smallest ring).
+- ``gluon_ws_split`` (D = 256, 512): 64 rows, all D features, S not recomputed: each group
+  computes S for half of a tile's 64 columns, writes c (bf16) into its half of a shared P
+  [64, 64] (2 buffers; p_full / p_free mbarriers), then acc [64, D / 2] += P @ y over its half
+  of the features; ring of 8 chunks [64, 128] (2 tiles), 208 KiB. ``_bn128`` (D = 512): 128
+  columns a tile (S halves [64, 64]), the ring 4 chunks [128, 128] (one tile), 224 KiB.
 
 The fp32 accumulator [64, DO] of a warp group must stay in registers (DO <= 256: 128 a
-thread), so at D = 512 the output features are split: grid (n / BM, D / DO), DO = 256 as
+thread), so at D = 512 the output features are split (all but ``gluon_ws_split``): grid (n / BM, D / DO), DO = 256 as
 two [64, 128] accumulators (one per 128-feature chunk); each program recomputes S over
 all of D for its half of dx (S's wgmma work twice: 6 n^2 D tensor flops for the 4 n^2 D
 counted). A program's chunks run in a rotated order, its own DO slice last, so the
@@ -71,7 +76,7 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from benchmarks._gluon import (compile_rows, compile_sm90, compiled_via, guarded, is_gluon,
                                layout, main)
@@ -241,6 +246,124 @@ def _gluon_ws_grad(x_desc, y_desc, scal_ptr, lse_ptr, g_ptr, m, dx_ptr, cs_ptr,
     ], [4, 1], [240, 24])
 
 
+@gluon.jit
+def _gs_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
+                 lse_ptr, g_ptr, dx_ptr, cs_ptr, off_m, n, m, CID: gl.constexpr,
+                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, D: gl.constexpr,
+                 KCH: gl.constexpr, NUM_BUF: gl.constexpr, NP: gl.constexpr):
+  """``gluon_ws_split``'s warp group CID (4 warps), all BM rows: per y tile S for the tile's
+  columns [CID HALF, + HALF) (no other group computes them), c = g exp2(S scale2 - lse) into
+  its columns of the shared P [BM, BN], then, once both halves are in P, acc += P @ y over
+  its output chunks [CID NOC, + NOC) (dx's features [CID NOC BK, + NOC BK)). A ring chunk
+  is freed by the other group's S and its owner's P @ y (two arrivals)."""
+  HALF: gl.constexpr = BN // 2
+  NOC: gl.constexpr = KCH // 2
+  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
+  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
+  row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+  orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
+  ocol_layout: gl.constexpr = gl.SliceLayout(0, o_layout)
+  gl.static_assert(NOC == 1 or NOC == 2, "one or two output chunks a group")
+  scale2 = gl.load(scal_ptr)
+  rows = off_m + gl.arange(0, BM, layout=row_layout)
+  lse = gl.expand_dims(gl.load(lse_ptr + rows), 1)
+  g = gl.expand_dims(gl.load(g_ptr + rows), 1)
+  cs = gl.zeros([BM], gl.float32, layout=row_layout)
+  s = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
+  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  if NOC == 2:
+    acc1 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  mbarrier.wait(x_bar, 0)
+  it = 0   # ring position of the tile's first chunk
+  t = 0    # tile count (P buffer t % NP)
+  for j in range(0, m, BN):
+    for k in gl.static_range(KCH):   # S half = x y[half]^T over the chunks
+      slot = (it + k) % NUM_BUF
+      mbarrier.wait(ready.index(slot), ((it + k) // NUM_BUF) & 1)
+      b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
+      s = warpgroup_mma(x_smem.index(k), b, s, use_acc=k > 0, is_async=True)
+      if k > 0:   # chunk k - 1's wgmma is done: the other group's output chunk is freed
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+        if (k - 1) // NOC != CID:
+          mbarrier.arrive(empty.index((it + k - 1) % NUM_BUF))
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    if (KCH - 1) // NOC != CID:
+      mbarrier.arrive(empty.index((it + KCH - 1) % NUM_BUF))
+    c = g * gl.exp2(s * scale2 - lse)
+    cs += gl.sum(c * s, axis=1)
+    pb = t % NP
+    # tile t - NP's P @ y done in both groups (fresh: passes)
+    mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)
+    p_smem.index(pb).slice(CID * HALF, HALF, dim=1).store(c.to(gl.bfloat16))
+    fence_async_shared()   # the generic stores before wgmma's (async proxy) reads
+    mbarrier.arrive(p_full.index(pb))
+    mbarrier.wait(p_full.index(pb), (t // NP) & 1)          # both halves of P written
+    p = p_smem.index(pb)
+    acc0 = warpgroup_mma(p, y_smem.index((it + CID * NOC) % NUM_BUF), acc0, is_async=True)
+    if NOC == 2:
+      acc1 = warpgroup_mma(p, y_smem.index((it + CID * NOC + 1) % NUM_BUF), acc1,
+                           is_async=True)
+      acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
+    else:
+      acc0 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0,))
+    for i in gl.static_range(NOC):
+      mbarrier.arrive(empty.index((it + CID * NOC + i) % NUM_BUF))
+    mbarrier.arrive(p_free.index(pb))
+    it += KCH
+    t += 1
+  orows = off_m + gl.arange(0, BM, layout=orow_layout)
+  ocols = CID * NOC * BK + gl.arange(0, BK, layout=ocol_layout)
+  offs = gl.expand_dims(orows, 1) * D + gl.expand_dims(ocols, 0)
+  gl.store(dx_ptr + offs, acc0.to(dx_ptr.dtype.element_ty))
+  if NOC == 2:
+    gl.store(dx_ptr + offs + BK, acc1.to(dx_ptr.dtype.element_ty))
+  gl.store(cs_ptr + CID * n + rows, cs)   # cs_part [2, n]: this group's columns
+
+
+@gluon.jit
+def _gluon_split_grad(x_desc, y_desc, scal_ptr, lse_ptr, g_ptr, m, dx_ptr, cs_ptr,
+                      D: gl.constexpr, NUM_BUF: gl.constexpr, NP: gl.constexpr):
+  """``gluon_ws_split``: BM rows, all D output features, two consumer groups splitting
+  each tile's columns for S and the output features for P @ y; cs_ptr is cs_part [2, n]."""
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  KCH: gl.constexpr = D // BK
+  # P @ y reads the tile's chunks after its S is complete: the ring holds a whole tile
+  gl.static_assert(KCH <= NUM_BUF, "the ring must hold a whole tile")
+  off_m = gl.program_id(0) * BM
+  n = gl.num_programs(0) * BM
+  x_smem = gl.allocate_shared_memory(x_desc.dtype, [KCH, BM, BK], x_desc.layout)
+  y_smem = gl.allocate_shared_memory(y_desc.dtype, [NUM_BUF, BN, BK], y_desc.layout)
+  p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16,
+                                                rank=2)
+  p_smem = gl.allocate_shared_memory(gl.bfloat16, [NP, BM, BN], p_layout)
+  x_bar = mbarrier.allocate_mbarrier()
+  ready = mbarrier.allocate_mbarrier(batch=NUM_BUF)
+  empty = mbarrier.allocate_mbarrier(batch=NUM_BUF)
+  p_full = mbarrier.allocate_mbarrier(batch=NP)
+  p_free = mbarrier.allocate_mbarrier(batch=NP)
+  mbarrier.init(x_bar, count=1)
+  for i in gl.static_range(NUM_BUF):
+    mbarrier.init(ready.index(i), count=1)
+    mbarrier.init(empty.index(i), count=2)   # the other group's S, the owner's P @ y
+  for i in gl.static_range(NP):
+    mbarrier.init(p_full.index(i), count=2)  # both halves written
+    mbarrier.init(p_free.index(i), count=2)  # both groups' P @ y done
+  gl.warp_specialize([
+      (_gs_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
+                      lse_ptr, g_ptr, dx_ptr, cs_ptr, off_m, n, m, 0, BM, BN, BK, D, KCH,
+                      NUM_BUF, NP)),
+      (_gs_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
+                      lse_ptr, g_ptr, dx_ptr, cs_ptr, off_m, n, m, 1, BM, BN, BK, D, KCH,
+                      NUM_BUF, NP)),
+      (_gg_producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, off_m, 0, m, BN,
+                      BK, KCH, NUM_BUF)),
+  ], [4, 1], [240, 24])
+
+
 # ---------------------------------------------------------------------------------------
 # Variants
 
@@ -271,6 +394,10 @@ VARIANTS = {   # the riskier ones last: a hung kernel (a barrier never completed
                     lambda d: True),
     "gluon_ws_pp_bn128": (_gluon_ws_grad, 128, lambda d: 128, _bk, lambda d: 4, lambda d: 1,
                           lambda d: dict(DO=_do(d), NCONS=2, NUM_BUF=3), lambda d: d > 128),
+    "gluon_ws_split": (_gluon_split_grad, 64, lambda d: 64, _bk, lambda d: 4, lambda d: 1,
+                       lambda d: dict(NUM_BUF=8, NP=2), lambda d: d in (256, 512)),
+    "gluon_ws_split_bn128": (_gluon_split_grad, 64, lambda d: 128, _bk, lambda d: 4,
+                             lambda d: 1, lambda d: dict(NUM_BUF=4, NP=2), lambda d: d == 512),
 }
 
 
@@ -287,21 +414,23 @@ def launch(x, y, scale2, lse, g, variant):
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   n, d = x.shape
   kernel, bm, bn, bk, warps, stages, extra = _tiles(variant, d)
+  split = kernel is _gluon_split_grad   # cs in two partial rows, added here
   if is_gluon(kernel):   # host descriptors carrying Gluon's shared layout
     xd = jt.TensorDescriptor.from_array(x, (bm, bk), layout=layout((bm, bk)))
     yd = jt.TensorDescriptor.from_array(y, (bn, bk), layout=layout((bn, bk)))
     consts = dict(D=d, **extra)
-    grid = (n // bm, d // extra["DO"])
+    grid = (n // bm,) if split else (n // bm, d // extra["DO"])
   else:
     xd, yd = _compat.Tiles(x, (bm, bk)), _compat.Tiles(y, (bn, bk))
     consts = dict(D=d, BM=bm, BN=bn)
     grid = (n // bm,)
   # _compat launches with the PTX's .reqntid: 8 or 12 warps for the partitioned kernels
-  return _compat.triton_call(
+  dx, cs = _compat.triton_call(
       xd, yd, scale2, lse, g, y.shape[0], kernel=kernel,
       out_shapes=[jax.ShapeDtypeStruct(x.shape, x.dtype),
-                  jax.ShapeDtypeStruct((n,), jnp.float32)],
+                  jax.ShapeDtypeStruct((2, n) if split else (n,), jnp.float32)],
       grid=grid, name=f"gluon_grad_{variant}", num_warps=warps, num_stages=stages, **consts)
+  return dx, (jnp.sum(cs, axis=0) if split else cs)
 
 
 def run(a):
