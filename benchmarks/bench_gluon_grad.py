@@ -36,8 +36,9 @@ Variants (the riskier last):
   columns a tile (S halves [64, 64]), the ring 4 chunks [128, 128] (one tile), 224 KiB.
 
 The fp32 accumulator [64, DO] of a warp group must stay in registers (DO <= 256: 128 a
-thread), so at D = 512 the output features are split (all but ``gluon_ws_split``): grid (n / BM, D / DO), DO = 256 as
-two [64, 128] accumulators (one per 128-feature chunk); each program recomputes S over
+thread), so at D = 512 the output features are split (all but ``gluon_ws_split``):
+grid (n / BM, D / DO), DO = 256 as two [64, 128] accumulators (one per 128-feature
+chunk); each program recomputes S over
 all of D for its half of dx (S's wgmma work twice: 6 n^2 D tensor flops for the 4 n^2 D
 counted). A program's chunks run in a rotated order, its own DO slice last, so the
 chunks the P @ V dot needs are the last ones loaded and the others are freed as soon as
