@@ -5,14 +5,13 @@ rerouted, the compile report, and each variant's run on the GPU under a watchdog
 jax-triton 0.4.1 compiles a Gluon module with Triton's make_ttir + make_ttgir passes,
 which rewrite the hand-written kernel (compiled here: a ``wgmma.wait_group 0`` after
 every wgmma, so no wgmma stays in flight, and extra layout conversions);
-``gluon_compile_fix`` routes Gluon modules through ``gluon_to_ttgir`` as
-``triton.compile`` does (``--jt-pipeline``: not).
+``memeff_jax._compat`` routes Gluon modules through ``gluon_to_ttgir`` as
+``triton.compile`` does (the library's Gluon kernel needs it too).
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import re
@@ -24,12 +23,16 @@ import threading
 import triton
 from triton.experimental.gluon import language as gl
 
-PTXAS = os.environ.get("TRITON_PTXAS_BLACKWELL_PATH") or os.path.join(
-    os.path.dirname(triton.__file__), "backends/nvidia/bin/ptxas")
+from memeff_jax import _compat
+
+# Triton >= 3.8's PTX wants its newer ptxas (the wheel's ptxas-blackwell; Hopper too)
+_BIN = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin")
+PTXAS = os.environ.get("TRITON_PTXAS_BLACKWELL_PATH") or next(
+    (p for p in (os.path.join(_BIN, "ptxas-blackwell"), os.path.join(_BIN, "ptxas"))
+     if os.path.exists(p)), "ptxas")
 
 
-def is_gluon(kernel) -> bool:
-  return getattr(kernel, "is_gluon", lambda: False)()
+is_gluon = _compat.is_gluon
 
 
 def layout(block):
@@ -37,50 +40,8 @@ def layout(block):
   return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16)
 
 
-def to_ptx(module, backend, options, arch) -> dict:
-  """A module built by ``(Gluon)ASTSource.make_ir`` lowered to PTX as jax-triton 0.4.1's
-  ``compile_ttir_to_ptx_inplace`` does, except that a Gluon module (its ``ttg.num-warps``
-  is set at make_ir) goes through the backend's ``gluon_to_ttgir``."""
-  md = {}
-  if module.get_int_attr("ttg.num-warps") is not None:
-    ttgir = backend.gluon_to_ttgir(module, md, options, arch)
-  else:
-    ttgir = backend.make_ttgir(backend.make_ttir(module, md, options, arch), md, options, arch)
-  ttgir_text = str(ttgir)   # make_llir lowers the module in place
-  llir = backend.make_llir(ttgir, md, options, arch)
-  ptx = backend.make_ptx(llir, md, options, arch)
-  return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
-
-
-@functools.cache
-def gluon_compile_fix() -> bool:
-  """Route jax-triton 0.4.1's compile of Gluon modules through ``to_ptx`` (in memory, once;
-  Triton modules compile as before). False where jax-triton has no such hook."""
-  from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
-  orig = getattr(tlib, "compile_ttir_inplace", None)
-  result = getattr(tlib, "CompilationResult", None)
-  if orig is None or result is None:
-    return False
-
-  def compile_ttir_inplace(ttir, backend, options, gpu_target):
-    if (ttir.get_int_attr("ttg.num-warps") is None or not hasattr(backend, "gluon_to_ttgir")
-        or not isinstance(gpu_target.arch, int)):
-      return orig(ttir, backend, options, gpu_target)
-    out = to_ptx(ttir, backend, options, gpu_target.arch)
-    md = out["md"]
-    align = md.get("global_scratch_align")
-    return result(binary=out["ptx"], name=md["name"], shared_mem_bytes=md["shared"],
-                  ttgir=out["ttgir"], llir=out["llir"],
-                  global_scratch_size=md.get("global_scratch_size") or None,
-                  global_scratch_align=None if align in (None, 1) else align,
-                  tensordesc_meta=md["tensordesc_meta"])
-
-  tlib.compile_ttir_inplace = compile_ttir_inplace
-  return True
-
-
 def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int) -> dict:
-  """``kernel`` compiled for sm_90 as jax-triton (with ``gluon_compile_fix``) would:
+  """``kernel`` compiled for sm_90 as jax-triton (through ``_compat``) would:
   ``sig`` the runtime arguments' types by name (the rest are ``consts``), the arrays and
   descriptors named in ``ptrs`` 16-byte aligned."""
   from triton._C import libtriton  # pylint: disable=g-import-not-at-top
@@ -100,7 +61,28 @@ def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int)
   module = cls(kernel, sig, consts, attrs).make_ir(
       target, options, backend.get_codegen_implementation(options), backend.get_module_map(),
       context)
-  return to_ptx(module, backend, options, target.arch)
+  return _compat.gluon_ptx(module, backend, options, target.arch)
+
+
+def compile_library_gradient(dtype: str, constexprs: dict) -> dict:
+  """The library's Gluon gradient kernel (``grad_gluon._lse_bwd_gluon_kernel``) compiled
+  by ``compile_sm90`` for ``dtype`` ("bfloat16" / "float16") inputs, its descriptors
+  carrying Gluon's NVMMA layout (``_compat.Tiles(gluon=True)``)."""
+  from memeff_jax.backends.triton import grad_gluon  # pylint: disable=g-import-not-at-top
+  short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
+  k = grad_gluon.BLOCK_K
+
+  def desc(rows):
+    layout = gl.NVMMASharedLayout.get_default_for([rows, k], getattr(gl, dtype))
+    return f"tensordesc<{short}[{rows},{k}],{layout!r}>"
+
+  stats = ("scal_ptr", "lse_r_ptr", "g_r_ptr", "thr_r_ptr", "lse_c_ptr", "g_c_ptr",
+           "thr_c_ptr", "xb_ptr", "yb_ptr", "cs_ptr")
+  sig = dict(x_desc=desc(grad_gluon.BLOCK_M), y_desc=desc(grad_gluon.BLOCK_N), off_ptr="*i32",
+             n="i32", m="i32", cols_per_split="i32", dx_ptr=f"*{short}",
+             **{p: "*fp32" for p in stats})
+  ptrs = [name for name, t in sig.items() if t.startswith(("*", "tensordesc"))]
+  return compile_sm90(grad_gluon._lse_bwd_gluon_kernel, sig, ptrs, constexprs, 4, 1)
 
 
 def ptxas(ptx: str) -> dict:
@@ -160,14 +142,17 @@ def compile_rows(a, variants: dict, build) -> None:
       print("COMPILE " + json.dumps(row), flush=True)
 
 
-def compiled_via(a) -> str:
-  """Reroute jax-triton's Gluon compile unless ``--jt-pipeline``; the path, for the notes."""
+def compiled_via() -> str:
+  """How jax-triton compiles the Gluon kernels here, for the notes: ``_compat`` routes
+  Gluon modules through ``gluon_to_ttgir`` where jax-triton has the hook."""
   try:
-    fixed = False if a.jt_pipeline else gluon_compile_fix()
+    from jax_triton import triton_lib  # pylint: disable=g-import-not-at-top
   except ImportError as e:   # jax-triton missing: every variant reports it
-    fixed = False
-    print(f"gluon_compile_fix: {e}", file=sys.stderr)
-  return "gluon_to_ttgir" if fixed else "jax-triton's make_ttir + make_ttgir"
+    print(f"jax-triton: {e}", file=sys.stderr)
+    return "no jax-triton"
+  if hasattr(triton_lib, "compile_ttir_inplace"):
+    return "gluon_to_ttgir"
+  return "jax-triton's make_ttir + make_ttgir"
 
 
 def guarded(row: dict, timeout: float, body) -> None:
@@ -201,8 +186,6 @@ def main(variants: dict, run, compile_only, reps: int) -> None:
   p.add_argument("--variants", default=",".join(variants))
   p.add_argument("--variant-timeout", type=float, default=45.0,
                  help="seconds a variant (compile, check, timing) may take before the run stops")
-  p.add_argument("--jt-pipeline", action="store_true",
-                 help="compile Gluon kernels through jax-triton's own make_ttir + make_ttgir")
   p.add_argument("--compile-only", action="store_true",
                  help="compile every variant for sm_90 here (no GPU, no jax launch)")
   a = p.parse_args()

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import memeff_jax as mj
 from benchmarks._harness import Result, Writer, compiled_extra_gib, guarded, summarize, time_jax
 from memeff_jax.backends.registry import resolve
-from memeff_jax.config.kernel import grouped
+from memeff_jax.config.kernel import RoleTiles, grouped
 
 # Overrides of the Triton backend's default config (bf16) in KernelConfig's flat names
 # (short, and what the CSVs' notes hold; applied through the groups, ``kernel.grouped``);
@@ -89,7 +89,10 @@ CANDIDATES = {
           # two-stage one-role passes on Triton 3.9), pointers or descriptors
           _b(64, 64, 8, 1), _b(64, 64, 8, 1, bwd_tma=True),
           _b(64, 128, 8, 1, bwd_tma=True),
-          _b(64, 64, 8, 2, bwd_tma=True), dict(fwd_col_pass=True)],
+          _b(64, 64, 8, 2, bwd_tma=True), dict(fwd_col_pass=True),
+          # grad_gluon's kernel in every pass (the defaults: the rows' softmax alone), and
+          # in none (the Triton kernels' tiles of jax-triton 0.4)
+          dict(bwd_gluon=True), dict(bwd_row_role=RoleTiles(block_n=128, num_stages=1))],
     256: [dict(_tf(128, 128, 64, 4, 3), **_b(64, 64, 4, 2)),
           dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 8, 2)),
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),

@@ -30,8 +30,8 @@ the B x B similarities are never stored. Every tile goes through host TMA descri
   ring (D // BK <= NUM_BUF), so not at D = 512.
 
 jax-triton 0.4.1 compiles a Gluon module with Triton's make_ttir + make_ttgir passes,
-which rewrite the kernel (a wgmma wait after every wgmma); ``_gluon.gluon_compile_fix`` routes
-Gluon modules through ``gluon_to_ttgir`` as ``triton.compile`` does (--jt-pipeline: not).
+which rewrite the kernel (a wgmma wait after every wgmma); ``memeff_jax._compat`` routes
+Gluon modules through ``gluon_to_ttgir`` as ``triton.compile`` does.
 Warp-specialized kernels launch through ``_compat`` with the PTX's ``.reqntid`` (8 or 12
 warps). Each variant is checked against float32 jnp on the first 512 rows, then timed
 (median of --reps); a variant taking over --variant-timeout seconds (a barrier that never
@@ -381,7 +381,7 @@ def reference(x, y, scale2, rows):
 def run(a):
   n = a.batch
   assert n % 256 == 0, "whole tiles only"
-  path = compiled_via(a)
+  path = compiled_via()
   for d in map(int, a.dims.split(",")):
     x, y = clip_pairs(jax.random.key(d), n, d)   # unit rows: s <= 1, the bound's premise
     scale2 = jnp.full((1,), SCALE2, jnp.float32)

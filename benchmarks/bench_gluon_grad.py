@@ -29,14 +29,16 @@ Variants (the riskier last):
   consumer groups get 240 registers a thread (setmaxnreg), the producer 24.
 - ``gluon_ws_pp_bn128`` (D = 512): the same on 128-column tiles, 3 chunks in the ring
   (S [64, 128] takes 64 registers more: ptxas spills a few bytes; the smallest ring).
-- ``gluon_ws_split`` (D = 256, 512): 64 rows, all D features, S not recomputed: each group
-  computes S for half of a tile's 64 columns, writes c (bf16) into its half of a shared P
-  [64, 64] (2 buffers; p_full / p_free mbarriers), then acc [64, D / 2] += P @ y over its half
-  of the features; ring of 8 chunks [64, 128] (2 tiles), 208 KiB. ``_bn128`` (D = 512): 128
-  columns a tile (S halves [64, 64]), the ring 4 chunks [128, 128] (one tile), 224 KiB.
+- ``library`` (D = 512): the library's kernel (``memeff_jax.backends.triton.grad_gluon``,
+  this probe's ``gluon_ws_split_bn128`` until it moved there): 64 rows, all D features,
+  S not recomputed: each of two groups computes S for half of a 128-column tile, writes
+  its coefficients into its half of a shared P [64, 128] (2 buffers; p_full / p_free
+  mbarriers), then acc [64, D / 2] += P @ y over its half of the features; a ring of 4
+  chunks [128, 128] (one tile), 224 KiB. (``gluon_ws_split``, 64-column tiles and a ring
+  of 8 [64, 128] chunks, ran at D = 256 and 512 before: h200_gluon_grad.csv run 2.)
 
 The fp32 accumulator [64, DO] of a warp group must stay in registers (DO <= 256: 128 a
-thread), so at D = 512 the output features are split (all but ``gluon_ws_split``):
+thread), so at D = 512 the output features are split (all but ``library``):
 grid (n / BM, D / DO), DO = 256 as two [64, 128] accumulators (one per 128-feature
 chunk); each program recomputes S over
 all of D for its half of dx (S's wgmma work twice: 6 n^2 D tensor flops for the 4 n^2 D
@@ -47,7 +49,7 @@ chunks [64, 128] (96 KiB) = 224 KiB (BN = 64: S [64, 64] 32 + acc 128 + c 16 reg
 thread; ``gluon_ws``, 64 rows: x 64 KiB + 8 chunks); D = 128: BN = 128, one 128-feature
 chunk a tile, x 32 KiB (16 for ``gluon_ws``) + 4 chunks [128, 128] (128 KiB).
 
-jax-triton 0.4.1's Gluon compile is rerouted (``_gluon.gluon_compile_fix``);
+jax-triton 0.4.1's Gluon compile is rerouted (``memeff_jax._compat``);
 warp-specialized kernels launch through ``_compat`` with the PTX's ``.reqntid``. Each
 variant is checked against float32 jnp on the first 512 rows (bench_ws_gradient's
 reference: dx's error over max |dx|, cs's likewise; wrong over 2e-2 or NaN), then timed
@@ -77,13 +79,14 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+    mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
-from benchmarks._gluon import (compile_rows, compile_sm90, compiled_via, guarded, is_gluon,
-                               layout, main)
+from benchmarks._gluon import (compile_library_gradient, compile_rows, compile_sm90,
+                               compiled_via, guarded, is_gluon, layout, main)
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_ws_gradient import reference, row_lse2
 from memeff_jax import _compat
+from memeff_jax.backends.triton import grad_gluon
 
 SCALE2 = 1.4426950408889634 / 0.07
 CHECK_ROWS = 512
@@ -247,124 +250,6 @@ def _gluon_ws_grad(x_desc, y_desc, scal_ptr, lse_ptr, g_ptr, m, dx_ptr, cs_ptr,
     ], [4, 1], [240, 24])
 
 
-@gluon.jit
-def _gs_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                 lse_ptr, g_ptr, dx_ptr, cs_ptr, off_m, n, m, CID: gl.constexpr,
-                 BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, D: gl.constexpr,
-                 KCH: gl.constexpr, NUM_BUF: gl.constexpr, NP: gl.constexpr):
-  """``gluon_ws_split``'s warp group CID (4 warps), all BM rows: per y tile S for the tile's
-  columns [CID HALF, + HALF) (no other group computes them), c = g exp2(S scale2 - lse) into
-  its columns of the shared P [BM, BN], then, once both halves are in P, acc += P @ y over
-  its output chunks [CID NOC, + NOC) (dx's features [CID NOC BK, + NOC BK)). A ring chunk
-  is freed by the other group's S and its owner's P @ y (two arrivals)."""
-  HALF: gl.constexpr = BN // 2
-  NOC: gl.constexpr = KCH // 2
-  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
-  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
-  row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
-  orow_layout: gl.constexpr = gl.SliceLayout(1, o_layout)
-  ocol_layout: gl.constexpr = gl.SliceLayout(0, o_layout)
-  gl.static_assert(NOC == 1 or NOC == 2, "one or two output chunks a group")
-  scale2 = gl.load(scal_ptr)
-  rows = off_m + gl.arange(0, BM, layout=row_layout)
-  lse = gl.expand_dims(gl.load(lse_ptr + rows), 1)
-  g = gl.expand_dims(gl.load(g_ptr + rows), 1)
-  cs = gl.zeros([BM], gl.float32, layout=row_layout)
-  s = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
-  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
-  if NOC == 2:
-    acc1 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
-  mbarrier.wait(x_bar, 0)
-  it = 0   # ring position of the tile's first chunk
-  t = 0    # tile count (P buffer t % NP)
-  for j in range(0, m, BN):
-    for k in gl.static_range(KCH):   # S half = x y[half]^T over the chunks
-      slot = (it + k) % NUM_BUF
-      mbarrier.wait(ready.index(slot), ((it + k) // NUM_BUF) & 1)
-      b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
-      s = warpgroup_mma(x_smem.index(k), b, s, use_acc=k > 0, is_async=True)
-      if k > 0:   # chunk k - 1's wgmma is done: the other group's output chunk is freed
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-        if (k - 1) // NOC != CID:
-          mbarrier.arrive(empty.index((it + k - 1) % NUM_BUF))
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    if (KCH - 1) // NOC != CID:
-      mbarrier.arrive(empty.index((it + KCH - 1) % NUM_BUF))
-    c = g * gl.exp2(s * scale2 - lse)
-    cs += gl.sum(c * s, axis=1)
-    pb = t % NP
-    # tile t - NP's P @ y done in both groups (fresh: passes)
-    mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)
-    p_smem.index(pb).slice(CID * HALF, HALF, dim=1).store(c.to(gl.bfloat16))
-    fence_async_shared()   # the generic stores before wgmma's (async proxy) reads
-    mbarrier.arrive(p_full.index(pb))
-    mbarrier.wait(p_full.index(pb), (t // NP) & 1)          # both halves of P written
-    p = p_smem.index(pb)
-    acc0 = warpgroup_mma(p, y_smem.index((it + CID * NOC) % NUM_BUF), acc0, is_async=True)
-    if NOC == 2:
-      acc1 = warpgroup_mma(p, y_smem.index((it + CID * NOC + 1) % NUM_BUF), acc1,
-                           is_async=True)
-      acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-    else:
-      acc0 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0,))
-    for i in gl.static_range(NOC):
-      mbarrier.arrive(empty.index((it + CID * NOC + i) % NUM_BUF))
-    mbarrier.arrive(p_free.index(pb))
-    it += KCH
-    t += 1
-  orows = off_m + gl.arange(0, BM, layout=orow_layout)
-  ocols = CID * NOC * BK + gl.arange(0, BK, layout=ocol_layout)
-  offs = gl.expand_dims(orows, 1) * D + gl.expand_dims(ocols, 0)
-  gl.store(dx_ptr + offs, acc0.to(dx_ptr.dtype.element_ty))
-  if NOC == 2:
-    gl.store(dx_ptr + offs + BK, acc1.to(dx_ptr.dtype.element_ty))
-  gl.store(cs_ptr + CID * n + rows, cs)   # cs_part [2, n]: this group's columns
-
-
-@gluon.jit
-def _gluon_split_grad(x_desc, y_desc, scal_ptr, lse_ptr, g_ptr, m, dx_ptr, cs_ptr,
-                      D: gl.constexpr, NUM_BUF: gl.constexpr, NP: gl.constexpr):
-  """``gluon_ws_split``: BM rows, all D output features, two consumer groups splitting
-  each tile's columns for S and the output features for P @ y; cs_ptr is cs_part [2, n]."""
-  BM: gl.constexpr = x_desc.block_type.shape[0]
-  BK: gl.constexpr = x_desc.block_type.shape[1]
-  BN: gl.constexpr = y_desc.block_type.shape[0]
-  KCH: gl.constexpr = D // BK
-  # P @ y reads the tile's chunks after its S is complete: the ring holds a whole tile
-  gl.static_assert(KCH <= NUM_BUF, "the ring must hold a whole tile")
-  off_m = gl.program_id(0) * BM
-  n = gl.num_programs(0) * BM
-  x_smem = gl.allocate_shared_memory(x_desc.dtype, [KCH, BM, BK], x_desc.layout)
-  y_smem = gl.allocate_shared_memory(y_desc.dtype, [NUM_BUF, BN, BK], y_desc.layout)
-  p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16,
-                                                rank=2)
-  p_smem = gl.allocate_shared_memory(gl.bfloat16, [NP, BM, BN], p_layout)
-  x_bar = mbarrier.allocate_mbarrier()
-  ready = mbarrier.allocate_mbarrier(batch=NUM_BUF)
-  empty = mbarrier.allocate_mbarrier(batch=NUM_BUF)
-  p_full = mbarrier.allocate_mbarrier(batch=NP)
-  p_free = mbarrier.allocate_mbarrier(batch=NP)
-  mbarrier.init(x_bar, count=1)
-  for i in gl.static_range(NUM_BUF):
-    mbarrier.init(ready.index(i), count=1)
-    mbarrier.init(empty.index(i), count=2)   # the other group's S, the owner's P @ y
-  for i in gl.static_range(NP):
-    mbarrier.init(p_full.index(i), count=2)  # both halves written
-    mbarrier.init(p_free.index(i), count=2)  # both groups' P @ y done
-  gl.warp_specialize([
-      (_gs_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                      lse_ptr, g_ptr, dx_ptr, cs_ptr, off_m, n, m, 0, BM, BN, BK, D, KCH,
-                      NUM_BUF, NP)),
-      (_gs_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                      lse_ptr, g_ptr, dx_ptr, cs_ptr, off_m, n, m, 1, BM, BN, BK, D, KCH,
-                      NUM_BUF, NP)),
-      (_gg_producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, off_m, 0, m, BN,
-                      BK, KCH, NUM_BUF)),
-  ], [4, 1], [240, 24])
-
-
 # ---------------------------------------------------------------------------------------
 # Variants
 
@@ -395,10 +280,9 @@ VARIANTS = {   # the riskier ones last: a hung kernel (a barrier never completed
                     lambda d: True),
     "gluon_ws_pp_bn128": (_gluon_ws_grad, 128, lambda d: 128, _bk, lambda d: 4, lambda d: 1,
                           lambda d: dict(DO=_do(d), NCONS=2, NUM_BUF=3), lambda d: d > 128),
-    "gluon_ws_split": (_gluon_split_grad, 64, lambda d: 64, _bk, lambda d: 4, lambda d: 1,
-                       lambda d: dict(NUM_BUF=8, NP=2), lambda d: d in (256, 512)),
-    "gluon_ws_split_bn128": (_gluon_split_grad, 64, lambda d: 128, _bk, lambda d: 4,
-                             lambda d: 1, lambda d: dict(NUM_BUF=4, NP=2), lambda d: d == 512),
+    "library": (grad_gluon._lse_bwd_gluon_kernel, grad_gluon.BLOCK_M,
+                lambda d: grad_gluon.BLOCK_N, lambda d: grad_gluon.BLOCK_K, lambda d: 4,
+                lambda d: 1, lambda d: {}, lambda d: d == 512),
 }
 
 
@@ -414,13 +298,24 @@ def _tiles(variant, d):
 def launch(x, y, scale2, lse, g, variant):
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   n, d = x.shape
+  if variant == "library":   # LiT's pass: the rows' softmax, c s, no scale (out_mult = 1)
+    f32, one = jnp.float32, jnp.ones((1,), jnp.float32)
+    dummy = jnp.zeros((1,), f32)
+    scal = jnp.concatenate([scale2, one, one, dummy])
+    dx, cs = _compat.triton_call(
+        *library_args(x, y, scal, jnp.zeros((2,), jnp.int32), lse, g, dummy), n,
+        y.shape[0], y.shape[0], kernel=grad_gluon._lse_bwd_gluon_kernel,
+        out_shapes=[jax.ShapeDtypeStruct((1, n, d), x.dtype),
+                    jax.ShapeDtypeStruct((2, 1, n), f32)],
+        grid=(n // grad_gluon.BLOCK_M, 1), name="gluon_grad_library", num_warps=4,
+        num_stages=1, **LIT_PASS)
+    return dx[0], jnp.sum(cs, axis=(0, 1))
   kernel, bm, bn, bk, warps, stages, extra = _tiles(variant, d)
-  split = kernel is _gluon_split_grad   # cs in two partial rows, added here
   if is_gluon(kernel):   # host descriptors carrying Gluon's shared layout
     xd = jt.TensorDescriptor.from_array(x, (bm, bk), layout=layout((bm, bk)))
     yd = jt.TensorDescriptor.from_array(y, (bn, bk), layout=layout((bn, bk)))
     consts = dict(D=d, **extra)
-    grid = (n // bm,) if split else (n // bm, d // extra["DO"])
+    grid = (n // bm, d // extra["DO"])
   else:
     xd, yd = _compat.Tiles(x, (bm, bk)), _compat.Tiles(y, (bn, bk))
     consts = dict(D=d, BM=bm, BN=bn)
@@ -429,15 +324,15 @@ def launch(x, y, scale2, lse, g, variant):
   dx, cs = _compat.triton_call(
       xd, yd, scale2, lse, g, y.shape[0], kernel=kernel,
       out_shapes=[jax.ShapeDtypeStruct(x.shape, x.dtype),
-                  jax.ShapeDtypeStruct((2, n) if split else (n,), jnp.float32)],
+                  jax.ShapeDtypeStruct((n,), jnp.float32)],
       grid=grid, name=f"gluon_grad_{variant}", num_warps=warps, num_stages=stages, **consts)
-  return dx, (jnp.sum(cs, axis=0) if split else cs)
+  return dx, cs
 
 
 def run(a):
   n = a.batch
   assert n % 256 == 0, "whole tiles only"
-  path = compiled_via(a)
+  path = compiled_via()
   for d in map(int, a.dims.split(",")):
     k = jax.random.split(jax.random.key(d), 2)
     x, y = clip_pairs(k[0], n, d)   # each row's softmax leans on its positive
@@ -471,8 +366,23 @@ def run(a):
 # Without a GPU: compile every variant for sm_90 (host descriptors, ``m`` a runtime i32)
 
 
+def library_args(x, y, scal, off, lse, g, dummy):
+  """The library kernel's inputs for LiT's pass (no column role, thresholds or masks)."""
+  tiles = lambda a, rows: _compat.Tiles(a, (rows, grad_gluon.BLOCK_K), gluon=True)
+  return (tiles(x, grad_gluon.BLOCK_M), tiles(y, grad_gluon.BLOCK_N), scal, off, lse, g,
+          dummy, dummy, dummy, dummy, dummy, dummy)
+
+
+LIT_PASS = dict(D=512, HAS_ROW=True, HAS_COL=False, ROW_THR=False, COL_THR=False,
+                EXCLUDE_SELF=False, WANT_CS=True, HAS_MASK=False, SHARED=False)
+
+
 def compile_only(a):
   def build(variant, d):
+    if variant == "library":
+      return (compile_library_gradient("bfloat16", LIT_PASS), 4,
+              dict(tile=f"{grad_gluon.BLOCK_M}x{grad_gluon.BLOCK_N}", bk=grad_gluon.BLOCK_K,
+                   do=d, num_buf=4))
     kernel, bm, bn, bk, warps, stages, extra = _tiles(variant, d)
     if is_gluon(kernel):
       desc = lambda r: f"tensordesc<bf16[{r},{bk}],{layout((r, bk))!r}>"

@@ -1,5 +1,6 @@
 """Version shims: JAX's varying-axis casts, jax-triton's triton_call, its TMA
-descriptors and its launch width for warp-specialized kernels."""
+descriptors, its launch width for warp-specialized kernels and its compile of Gluon
+kernels."""
 
 from __future__ import annotations
 
@@ -54,10 +55,22 @@ def _triton_call_kwarg() -> str:
 @dataclasses.dataclass(frozen=True)
 class Tiles:
   """A kernel argument: the row-major [n, d] array ``base`` read through a TMA tensor
-  descriptor in blocks of ``block`` = (rows, features)."""
+  descriptor in blocks of ``block`` = (rows, features); ``gluon``: the descriptor carries
+  the NVMMA shared layout a Gluon kernel's shared buffers take."""
 
   base: Any
   block: tuple[int, int]
+  gluon: bool = False
+
+  def descriptor(self):
+    import jax_triton as jt  # pylint: disable=g-import-not-at-top
+    if not self.gluon:
+      return jt.TensorDescriptor.from_array(self.base, self.block)
+    from triton.experimental.gluon import language as gl  # pylint: disable=g-import-not-at-top
+    dtype = {"bfloat16": gl.bfloat16, "float16": gl.float16}[str(self.base.dtype)]
+    return jt.TensorDescriptor.from_array(
+        self.base, self.block,
+        layout=gl.NVMMASharedLayout.get_default_for(list(self.block), dtype))
 
 
 def arrays(args) -> list:
@@ -81,17 +94,83 @@ def tma_descriptors(interpret: bool) -> bool:
   return hasattr(jt, "TensorDescriptor") and major >= 9
 
 
+@functools.cache
+def gluon_kernels(interpret: bool) -> bool:
+  """Whether the Gluon Hopper kernels can be launched: never under the interpreter; on a
+  GPU of compute capability 9.x (wgmma, Hopper's alone) with TMA descriptors, Triton
+  >= 3.9 (the Gluon language they are written in) and a jax-triton whose Gluon compile
+  ``_gluon_compile`` can route."""
+  if interpret or not tma_descriptors(False):
+    return False
+  try:
+    import triton.experimental.gluon.language.nvidia.hopper  # pylint: disable=g-import-not-at-top
+    from jax_triton import triton_lib  # pylint: disable=g-import-not-at-top
+    major = int(str(jax.devices()[0].compute_capability).split(".")[0])
+  except (ImportError, AttributeError, RuntimeError, ValueError):
+    return False
+  version = tuple(int(v) for v in re.findall(r"\d+", triton.__version__)[:2])
+  return (major == 9 and version >= (3, 9) and hasattr(triton_lib, "compile_ttir_inplace")
+          and hasattr(triton_lib, "CompilationResult"))
+
+
+def gluon_ptx(module, backend, options, arch) -> dict:
+  """A module built by ``(Gluon)ASTSource.make_ir`` lowered to PTX as jax-triton 0.4's
+  ``compile_ttir_inplace`` does, except that a Gluon module (its ``ttg.num-warps`` is set
+  at make_ir) goes through the backend's ``gluon_to_ttgir``, as ``triton.compile`` does:
+  jax-triton runs Triton's ``make_ttir`` + ``make_ttgir`` on it, which rewrites the
+  hand-written kernel (a full wgmma wait after every wgmma, compiled for sm_90: 9 where
+  it has 1). Returns the PTX, the TTGIR and LLVM IR texts and the metadata."""
+  md = {}
+  if module.get_int_attr("ttg.num-warps") is not None:
+    ttgir = backend.gluon_to_ttgir(module, md, options, arch)
+  else:
+    ttgir = backend.make_ttgir(backend.make_ttir(module, md, options, arch), md, options, arch)
+  ttgir_text = str(ttgir)   # make_llir lowers the module in place
+  llir = backend.make_llir(ttgir, md, options, arch)
+  ptx = backend.make_ptx(llir, md, options, arch)
+  return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
+
+
+@functools.cache
+def _gluon_compile() -> None:
+  """Route jax-triton's compile of Gluon modules through ``gluon_ptx`` (in memory, once;
+  Triton modules compile as before)."""
+  from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
+  orig, result = tlib.compile_ttir_inplace, tlib.CompilationResult
+
+  def compile_ttir_inplace(ttir, backend, options, gpu_target):
+    if (ttir.get_int_attr("ttg.num-warps") is None or not hasattr(backend, "gluon_to_ttgir")
+        or not isinstance(gpu_target.arch, int)):
+      return orig(ttir, backend, options, gpu_target)
+    out = gluon_ptx(ttir, backend, options, gpu_target.arch)
+    md = out["md"]
+    align = md.get("global_scratch_align")
+    return result(binary=out["ptx"], name=md["name"], shared_mem_bytes=md["shared"],
+                  ttgir=out["ttgir"], llir=out["llir"],
+                  global_scratch_size=md.get("global_scratch_size") or None,
+                  global_scratch_align=None if align in (None, 1) else align,
+                  tensordesc_meta=md["tensordesc_meta"])
+
+  tlib.compile_ttir_inplace = compile_ttir_inplace
+
+
+def is_gluon(kernel) -> bool:
+  return getattr(kernel, "is_gluon", lambda: False)()
+
+
 def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
   """``jax_triton.triton_call`` across 0.3.x (``out_shape=``) and 0.4 (``out_type=``).
 
   Only ints are passed as Python scalars (both versions map them alike); float
-  hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors.
+  hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors; Gluon
+  kernels compile through ``_gluon_compile``.
   """
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   _launch_compiled_warps()
+  if is_gluon(kernel):
+    _gluon_compile()
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
-  args = [jt.TensorDescriptor.from_array(a.base, a.block) if isinstance(a, Tiles) else a
-          for a in args]
+  args = [a.descriptor() if isinstance(a, Tiles) else a for a in args]
   return jt.triton_call(*args, kernel=kernel, grid=grid, name=name, num_warps=num_warps,
                         num_stages=num_stages, **{_triton_call_kwarg(): out_shapes},
                         **constexprs)

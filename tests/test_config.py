@@ -404,3 +404,91 @@ def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
     want.add((d, bool(row), bool(col), tma and d > 128 and not (d == 512 and not row),
               *((128, 1) if rows_alone else base[d])))
   assert set(seen) == want, sorted(set(seen))
+
+
+@pytest.mark.parametrize("gluon", [False, True])
+def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
+  # Where the Gluon Hopper kernels can be launched (stood in for here), a default training
+  # step's FlashAttention-shaped gradient passes at d = 512 (16-bit) are grad_gluon's
+  # kernel, on its 64 x 128 tiles of 128 features through descriptors with Gluon's
+  # layout: every pass of CLIP, LiT and Qwen3; none at d = 256, in fp32, for SigLIP, a
+  # Matryoshka block in one launch, or where a pass's RoleTiles turn it off; without the
+  # kernels, none. Shapes only (the launches are recorded).
+  seen = []
+
+  def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
+    if name.startswith("memeff/lse_bwd"):
+      tiles = [(a.block, a.gluon) for a in args if isinstance(a, _compat.Tiles)]
+      seen.append((name, constexprs["HAS_ROW"], constexprs["HAS_COL"], tuple(tiles)))
+    return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
+
+  monkeypatch.setattr(_compat, "triton_call", record)
+  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
+  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
+  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
+  jax.clear_caches()
+  launch.resolve_plan.cache_clear()
+
+  def step(fn, d, dtype=jnp.bfloat16, **kw):
+    seen.clear()
+    grad = jax.grad(lambda a, b: fn(a, b, backend="triton", **kw), argnums=(0, 1))
+    x = jax.ShapeDtypeStruct((65536, d), dtype)
+    jax.eval_shape(grad, x, x)
+    return list(seen)
+
+  on = ((64, 128), True), ((128, 128), True)
+  for fn, passes in ((mj.clip_loss, {(1, 1)}), (mj.lit_loss, {(1, 0)}),
+                     (mj.qwen3_loss, {(1, 0), (0, 1)})):
+    got = step(fn, 512)
+    assert {(r, c) for _, r, c, _ in got} == passes, got
+    assert all((n == "memeff/lse_bwd_gluon") == gluon for n, *_ in got), got
+    assert all(t == on for n, *_, t in got if n == "memeff/lse_bwd_gluon"), got
+  off = lambda got: got and all(n == "memeff/lse_bwd" for n, *_ in got)
+  assert off(step(mj.clip_loss, 256))
+  assert off(step(mj.clip_loss, 512, jnp.float32))
+  assert not any(n == "memeff/lse_bwd_gluon" for n, *_ in step(mj.siglip_loss, 512))
+  assert off(step(mj.clip_loss, 512, matryoshka_dims=(128, 512), matryoshka_per_dim=False))
+  if gluon:   # the documents' pass of Qwen3 turned off by its RoleTiles
+    cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
+    cfg = cfg.evolve(bwd=dict(col_role=dataclasses.replace(cfg.bwd.col_role, gluon=False)))
+    got = step(mj.qwen3_loss, 512, config=cfg)
+    assert {(n, r, c) for n, r, c, _ in got} == {("memeff/lse_bwd_gluon", 1, 0),
+                                                  ("memeff/lse_bwd", 0, 1)}, got
+  launch.resolve_plan.cache_clear()
+
+
+# The flag sets of the gradient passes a default step launches at d = 512 (CLIP's both
+# roles, on one shift or two; LiT's and Qwen3's one-role passes with the thresholds,
+# self pairs dropped), plus where= and fp16.
+_GLUON_PASSES = [
+    ("bfloat16", dict(HAS_ROW=True, HAS_COL=True, SHARED=True, WANT_CS=True)),
+    ("bfloat16", dict(HAS_ROW=True, HAS_COL=True, SHARED=False, WANT_CS=False)),
+    ("bfloat16", dict(HAS_ROW=True, HAS_COL=False, ROW_THR=True, WANT_CS=True)),
+    ("bfloat16", dict(HAS_ROW=False, HAS_COL=True, COL_THR=True, WANT_CS=False)),
+    ("float16", dict(HAS_ROW=True, HAS_COL=True, SHARED=True, WANT_CS=True, HAS_MASK=True)),
+]
+
+
+@pytest.mark.smallgpu
+def test_gluon_gradient_compiles_for_hopper():
+  # grad_gluon's kernel compiled for sm_90 by the installed Triton, as _compat has
+  # jax-triton compile it (Gluon's own lowering, no GPU; in a process of its own, as this
+  # one runs Triton's interpreter): a TMA producer warp and two consumer warp groups
+  # (12 warps in the PTX's .reqntid, which _compat launches with) within the H100's
+  # 227 KiB, each consumer's wgmma left in flight (a full wait at a tile's S and P @ y
+  # only: 4 in all; Triton's make_ttgir on the same module waits after every one).
+  pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+  specs = [[dtype, dict(dict(D=512, HAS_ROW=False, HAS_COL=False, ROW_THR=False,
+                             COL_THR=False, EXCLUDE_SELF=True, WANT_CS=False,
+                             HAS_MASK=False, SHARED=False), **flags)]
+           for dtype, flags in _GLUON_PASSES]
+  env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+  out = subprocess.run([sys.executable, "-m", "tests.support.gluon_compiled"],
+                       input=json.dumps(specs), capture_output=True, text=True, env=env,
+                       check=True, cwd=pathlib.Path(__file__).parents[1])
+  reports = json.loads(out.stdout.splitlines()[-1])
+  assert len(reports) == len(specs)
+  for spec, r in zip(specs, reports):
+    assert (r["reqntid_warps"], r["partitioned"], r["ptxas_rc"]) == (12, True, 0), (spec, r)
+    assert r["shared_kib"] <= 227 and r["wgmma"] > 0 and r["wait_group0"] == 4, (spec, r)

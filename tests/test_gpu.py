@@ -527,3 +527,40 @@ def test_porting_triton(case, dtype):
     kw = dict(margin=0.05, use_dd_negatives=True) if family == "qwen3" else (
         dict(margin=0.05) if family == "lit_qwen3" else dict(label_smoothing=0.1))
   compare(fn, ref, arrays, dtype=dtype, temperature=t, **kw)
+
+
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
+@pytest.mark.parametrize("b,masked", [(2085, False), (300, True)])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
+def test_gluon_gradient_triton(monkeypatch, family, b, masked, dtype):
+  # The FlashAttention-shaped gradient as grad_gluon's warp-specialized kernel (d = 512,
+  # the defaults where jax-triton >= 0.4 runs on Hopper) against the float64 reference:
+  # every softmax role (CLIP's both on one shift, LiT's rows, Qwen3's queries and
+  # documents with the false-negative thresholds and q-q / d-d pairs, self pairs
+  # dropped), a batch of no whole tile (2085), column splits (300 rows: 5 row tiles),
+  # where=, a learned temperature (the sums c s), fp16. None pairs here
+  # (bwd_pair_max_batch: blocks this small would); its launches are counted.
+  if not _compat.gluon_kernels(False):
+    pytest.skip("no Gluon Hopper kernels with this GPU / jax-triton / Triton")
+  d = 512
+  cfg = launch.TritonBackend().default_config(d, dtype)
+  assert cfg.bwd.gluon
+  cfg = cfg.evolve(budgets=dict(bwd_pair_max_batch=0))
+  fam = FAMILIES[family]
+  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
+            features(b + d, [(b, d), (b, d)], dtype))
+  w = where_mask(b, seed=3) if masked else None
+  names = []
+  call = _compat.triton_call
+  monkeypatch.setattr(_compat, "triton_call", lambda *a, **k: names.append(k["name"]) or
+                      call(*a, **k))
+  jax.clear_caches()
+
+  def ref_fn(*a, **k):
+    return fam.reference_with_stats(*(a if w is None else [v[w] for v in a]), **fam.options,
+                                    **k)[0]
+
+  compare(lambda *a, **k: fam.with_stats(*a, where=w, backend="triton", config=cfg,
+                                         **fam.options, **k)[0],
+          ref_fn, arrays, dtype=dtype, label_smoothing=0.1, tau_plus=0.05)
+  assert "memeff/lse_bwd_gluon" in names and "memeff/lse_bwd" not in names, names

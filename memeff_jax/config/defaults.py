@@ -11,7 +11,8 @@ from memeff_jax.config.smem import TILED_FORWARD, fit_smem, pow2
 
 
 def default_config(d: int, dtype, *, interpret: bool = False,
-                   smem_kib: int | None = None, tma: bool = False) -> KernelConfig:
+                   smem_kib: int | None = None, tma: bool = False,
+                   gluon: bool = False) -> KernelConfig:
   """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200, fitted
   to ``smem_kib`` of shared memory a block (None: the H100's 227 KiB; the Triton
   backend passes its GPU's, see ``fit_smem``).
@@ -32,6 +33,10 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   pass of the rows' softmax alone (LiT's; Qwen3's queries) streams 128-column tiles
   in one stage (with two, ptxas serializes the wgmma chain of Triton 3.9's code for
   it), and one of the columns' alone (Qwen3's documents) keeps pointer loads.
+
+  ``gluon``: the Gluon Hopper kernels can be launched (``_compat.gluon_kernels``): the
+  16-bit FlashAttention-shaped gradient at d_pad = 512 then runs as ``grad_gluon``'s
+  warp-specialized kernel (``BwdTiles.gluon``; 224 KiB of shared memory a block).
   """
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
@@ -55,6 +60,11 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     roles = dict(row_role=RoleTiles(block_n=128, num_stages=1),
                  col_role=RoleTiles(tma=False)) if d_pad == 512 else {}
     cfg = cfg.evolve(bwd=dict(tma=True, **roles))
+  if gluon and not wide and d_pad == 512 and (smem_kib is None or smem_kib >= 225):
+    # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP 44.9 -> 42.0 ms, LiT 27.3
+    # -> 24.9, Qwen3 47.5 (the rows' pass alone in Gluon) -> 43.8 (h200_gluon_roles.csv,
+    # docs/benchmarks.md "Gluon").
+    cfg = cfg.evolve(bwd=dict(gluon=True))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

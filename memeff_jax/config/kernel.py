@@ -91,16 +91,17 @@ class RoleTiles(_Group):
   ``BwdTiles.col_role``); None keeps ``BwdTiles``'s own.
 
   Attributes:
-    tma, block_n, num_stages: as ``BwdTiles``'s.
+    tma, block_n, num_stages, gluon: as ``BwdTiles``'s.
   """
 
   _POW2 = ("block_n",)
-  _BOOLS = ("tma",)
-  _OPTIONAL = ("tma", "block_n", "num_stages")
+  _BOOLS = ("tma", "gluon")
+  _OPTIONAL = ("tma", "block_n", "num_stages", "gluon")
 
   tma: bool | None = None
   block_n: int | None = None
   num_stages: int | None = None
+  gluon: bool | None = None
 
   def _name(self, field: str) -> str:
     return f"RoleTiles.{field}"
@@ -129,11 +130,16 @@ class BwdTiles(_Group):
     row_role, col_role: ``RoleTiles`` of the FlashAttention-shaped gradient's passes
       of the rows' softmax alone (LiT's; Qwen3's queries) and of the columns' alone
       (Qwen3's documents); passes of both (CLIP's) take the fields above.
+    gluon: the FlashAttention-shaped gradient runs as a warp-specialized Gluon kernel
+      (a TMA producer warp and two wgmma consumer warp groups, its own 64 x 128 tiles)
+      where it can: d = 512, 16-bit inputs, no Matryoshka tables, no sigmoid, compute
+      capability 9.x, jax-triton >= 0.4 with Triton >= 3.9; elsewhere as the fields
+      above say.
   """
 
   _FLAT = "bwd_"
   _POW2 = ("block_m", "block_n", "block_d", "block_do")
-  _BOOLS = ("tma",)
+  _BOOLS = ("tma", "gluon")
   _NESTED = {"row_role": RoleTiles, "col_role": RoleTiles}
 
   block_m: int = 64
@@ -145,6 +151,7 @@ class BwdTiles(_Group):
   tma: bool = False
   row_role: RoleTiles = RoleTiles()
   col_role: RoleTiles = RoleTiles()
+  gluon: bool = False
 
   def for_pass(self, has_row: bool, has_col: bool) -> BwdTiles:
     """The tiles of a pass with the rows' softmax (``has_row``), the columns'
@@ -155,8 +162,8 @@ class BwdTiles(_Group):
     own = lambda v, base: base if v is None else v
     return dataclasses.replace(
         self, tma=own(role.tma, self.tma), block_n=own(role.block_n, self.block_n),
-        num_stages=own(role.num_stages, self.num_stages), row_role=RoleTiles(),
-        col_role=RoleTiles())
+        num_stages=own(role.num_stages, self.num_stages), gluon=own(role.gluon, self.gluon),
+        row_role=RoleTiles(), col_role=RoleTiles())
 
 
 @dataclasses.dataclass(frozen=True)

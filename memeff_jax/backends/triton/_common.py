@@ -74,11 +74,9 @@ def on_diagonal(row0, col0, row_off, col_off, BLOCK_M: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
-def off_diagonal(row0, col0, row_off, col_off, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-  """[BLOCK_M, BLOCK_N] mask: global row index != global column index."""
-  r = row0 + row_off + tl.arange(0, BLOCK_M)
-  c = col0 + col_off + tl.arange(0, BLOCK_N)
-  return r[:, None] != c[None, :]
+def off_diagonal(rows, cols, row_off, col_off):
+  """[rows, cols] mask: global row index != global column index."""
+  return (rows + row_off)[:, None] != (cols + col_off)[None, :]
 
 
 @triton.jit
@@ -176,14 +174,14 @@ def logits(s, scale2, bias_r, bias_c, HAS_MASK: tl.constexpr, ROW_MASK: tl.const
 
 
 @triton.jit
-def drop_pairs(v, fill, row0, col0, cols, row_off, col_off, m, BLOCK_M: tl.constexpr,
+def drop_pairs(v, fill, row0, col0, rows, cols, row_off, col_off, m, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, EXCLUDE_SELF: tl.constexpr):
   """``v`` [BLOCK_M, BLOCK_N] with ``fill`` on the self pairs (EXCLUDE_SELF; only tiles
-  holding the diagonal pay for the test) and on the columns past m (``cols`` = col0 +
-  arange(BLOCK_N); only the last column tile pays)."""
+  holding the diagonal pay for the test) and on the columns past m (``rows`` = row0 +
+  arange(BLOCK_M), ``cols`` = col0 + arange(BLOCK_N); only the last column tile pays)."""
   if EXCLUDE_SELF:
     if on_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N):
-      v = tl.where(off_diagonal(row0, col0, row_off, col_off, BLOCK_M, BLOCK_N), v, fill)
+      v = tl.where(off_diagonal(rows, cols, row_off, col_off), v, fill)
   if col0 + BLOCK_N > m:
     v = tl.where((cols < m)[None, :], v, fill)
   return v
@@ -203,10 +201,10 @@ def tile_origin(off_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 def row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M: tl.constexpr,
               HAS_ROW: tl.constexpr, ROW_THR: tl.constexpr):
   """The row-role statistics of ``coefficient`` for these rows: (lse, g, thr); rows out
-  of range get lse = +inf and g = 0 (no contribution)."""
-  lse_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  g_r = tl.zeros([BLOCK_M], dtype=tl.float32)
-  thr_r = tl.zeros([BLOCK_M], dtype=tl.float32)
+  of range get lse = +inf and g = 0 (no contribution); 0.0 for those not asked for."""
+  lse_r = 0.0   # (no tensors made here: a Gluon kernel's carry a layout, its ``rows``')
+  g_r = 0.0
+  thr_r = 0.0
   if HAS_ROW:
     lse_r = tl.load(lse_r_ptr + rows, mask=in_rows, other=float("inf"))
     g_r = tl.load(g_r_ptr + rows, mask=in_rows, other=0.0)
@@ -216,8 +214,29 @@ def row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BLOCK_M: tl.constexp
 
 
 @triton.jit
-def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r, lse_c_ptr,
-                g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL: tl.constexpr,
+              COL_THR: tl.constexpr, SHARED: tl.constexpr = False,
+              SIGMOID: tl.constexpr = False):
+  """The column-role statistics ``coefficient`` reads for these columns: (lse, g, thr),
+  columns out of range lse = +inf, g = 0; 0.0 for those it does not read (SHARED and
+  SIGMOID read no lse)."""
+  in_cols = cols < m
+  lse_c = 0.0
+  g_c = 0.0
+  thr_c = 0.0
+  if HAS_COL:
+    g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
+    if not (SHARED or SIGMOID):
+      lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
+  if COL_THR:
+    thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
+  return lse_c, g_c, thr_c
+
+
+@triton.jit
+def coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r, g_r, thr_r,
+                lse_c, g_c, thr_c, xb_ptr, yb_ptr, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr,
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
                 COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
                 SHARED: tl.constexpr, TILE_SHIFT: tl.constexpr = False,
@@ -226,8 +245,12 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
 
-  with z = s * scale2 (log2 units). The row statistics come as [BLOCK_M] tensors
-  (rows out of range: lse = +inf, g = 0), the column ones are loaded here.
+  with z = s * scale2 (log2 units), for the tile's ``rows`` = row0 + arange(BLOCK_M) and
+  ``cols`` = col0 + arange(BLOCK_N). The row statistics come as [BLOCK_M] tensors
+  (rows out of range: lse = +inf, g = 0), the column ones as ``col_stats`` loads them.
+  No tensor is made here but from its arguments, so a Gluon kernel calls it too (its
+  tensors carry their layouts: ``grad_gluon``, which loads the column statistics
+  before the tile's similarities, so their latency hides under the GEMM).
 
   HAS_MASK (``where``): the launcher sends the removed rows' and columns' lse as +inf,
   so each softmax role drops its own removed anchors, and the ``where`` biases of
@@ -255,26 +278,25 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
   (g_r_i + g_c_j), no statistic read; a ``where``-removed row or column, or a dropped
   pair, has sigmoid(-inf) = 0.
   """
-  cols = col0 + tl.arange(0, BLOCK_N)
   z = s * scale2
   if HAS_MASK:   # (b_r, b_c exist only here and under HAS_MASK below)
-    b_r = load_bias(xb_ptr, row0 + tl.arange(0, BLOCK_M), HAS_MASK)[:, None]
-    b_c = load_bias(yb_ptr, cols, HAS_MASK)[None, :]
-  coef = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    b_r = tl.load(xb_ptr + rows)[:, None]   # (padded: see ``load_bias``)
+    b_c = tl.load(yb_ptr + cols)[None, :]
   if SIGMOID:
     u = z * 0.6931471805599453 + sbias
     if HAS_MASK:
       u = u + b_r + b_c
     sig = 1.0 / (1.0 + tl.exp(-u))
     if HAS_ROW:
-      coef += g_r[:, None] * sig
+      coef = g_r[:, None] * sig
     if HAS_COL:
-      coef += tl.load(g_c_ptr + cols, mask=cols < m, other=0.0)[None, :] * sig
+      p_c = g_c[None, :] * sig
+      if HAS_ROW:
+        coef = coef + p_c
+      else:
+        coef = p_c
   elif TILE_SHIFT:
     tl.static_assert(HAS_ROW and HAS_COL and not SHARED)
-    in_cols = cols < m
-    lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
-    g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
     t = tl.maximum(tl.max(tl.where(lse_r < float("inf"), lse_r, float("-inf")), 0),
                    tl.max(tl.where(lse_c < float("inf"), lse_c, float("-inf")), 0))
     low = tl.minimum(tl.min(lse_r, 0), tl.min(lse_c, 0))
@@ -295,7 +317,6 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
     if ROW_THR:
       p_r = tl.where(s <= thr_r[:, None], p_r, 0.0)
     if COL_THR:
-      thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
       p_c = tl.where(s <= thr_c[None, :], p_c, 0.0)
     coef = p_r + p_c
   elif SHARED:
@@ -303,9 +324,8 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
     f_r = g_r[:, None]
     if ROW_THR:
       f_r = tl.where(s <= thr_r[:, None], f_r, 0.0)
-    f_c = tl.load(g_c_ptr + cols, mask=cols < m, other=0.0)[None, :]
+    f_c = g_c[None, :]
     if COL_THR:
-      thr_c = tl.load(thr_c_ptr + cols, mask=cols < m, other=0.0)
       f_c = tl.where(s <= thr_c[None, :], f_c, 0.0)
     if HAS_MASK:
       coef = tl.exp2(tl.minimum(s * scale2 + (b_r - lse_r[:, None]) + b_c, 8.0)) * (f_r + f_c)
@@ -319,18 +339,17 @@ def coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r
         p = tl.exp2(z - lse_r[:, None])
       if ROW_THR:
         p = tl.where(s <= thr_r[:, None], p, 0.0)
-      coef += g_r[:, None] * p
+      coef = g_r[:, None] * p
     if HAS_COL:   # column-role softmax: g_j * P_ji
-      in_cols = cols < m
-      lse_c = tl.load(lse_c_ptr + cols, mask=in_cols, other=float("inf"))
-      g_c = tl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
       if HAS_MASK:
         p = tl.exp2(z - lse_c[None, :] + b_r)
       else:
         p = tl.exp2(z - lse_c[None, :])
       if COL_THR:
-        thr_c = tl.load(thr_c_ptr + cols, mask=in_cols, other=0.0)
         p = tl.where(s <= thr_c[None, :], p, 0.0)
-      coef += g_c[None, :] * p
-  return drop_pairs(coef, 0.0, row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
+      if HAS_ROW:
+        coef = coef + g_c[None, :] * p
+      else:
+        coef = g_c[None, :] * p
+  return drop_pairs(coef, 0.0, row0, col0, rows, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
                     EXCLUDE_SELF)

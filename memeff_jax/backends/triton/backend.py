@@ -49,6 +49,7 @@ class PlanKey:
   dtype: jnp.dtype              # input dtype
   smem_kib: int | None          # the GPU's shared memory a block (None: interpreter)
   tma: bool = False             # the GPU and jax-triton take TMA descriptors
+  gluon: bool = False           # and Gluon Hopper kernels (``_compat.gluon_kernels``)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,7 +83,7 @@ def resolve_plan(key: PlanKey) -> Plan:
   """The plan of a block (see ``Plan``); cached by ``key``."""
   itemsize = jnp.dtype(key.dtype).itemsize
   default = default_config(key.d, key.dtype, interpret=key.interpret, smem_kib=key.smem_kib,
-                           tma=key.tma)
+                           tma=key.tma, gluon=key.gluon)
   cfg = key.config if key.config is not None else default
   user_tiles = key.config is not None and cfg.evolve(
       algorithm=dict(matryoshka_per_dim=default.algorithm.matryoshka_per_dim)) != default
@@ -134,15 +135,20 @@ class TritonBackend:
     interpreter, whose default tiles are its own)."""
     return not self.interpret and _compat.tma_descriptors(False)
 
+  def _gluon(self) -> bool:
+    """Whether the default tiles may count on the Gluon Hopper kernels."""
+    return not self.interpret and _compat.gluon_kernels(False)
+
   def default_config(self, d: int, dtype) -> KernelConfig:
     """The config a block of feature size ``d`` gets with ``config=None``."""
     return default_config(d, dtype, interpret=self.interpret, smem_kib=self._smem_kib(),
-                          tma=self._tma())
+                          tma=self._tma(), gluon=self._gluon())
 
   def plan(self, spec, x) -> Plan:
     """The plan of ``spec``'s block on rows ``x`` (``resolve_plan``, cached)."""
     return resolve_plan(PlanKey(self.interpret, spec.config, spec.dims, x.shape[1],
-                                jnp.dtype(x.dtype), self._smem_kib(), self._tma()))
+                                jnp.dtype(x.dtype), self._smem_kib(), self._tma(),
+                                self._gluon()))
 
   def _setup(self, spec, block: Block):
     """(config, prefix or None) of the block: the prefix is Matryoshka's

@@ -131,6 +131,8 @@ def _launch(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
   if c.tiled:
     return _lse_bwd_tiled(x, y, scale, offsets, coefs, **c.options())
   d = x.shape[1]
+  if _gluon_pass(x, y, coefs, c):
+    return _lse_bwd_gluon(x, y, offsets, coefs, c)
   if c.prefix is not None:   # Matryoshka: the ladder's chunks, every feature in one launch
     chunk = c.prefix[2].chunk
     dx, cs, c1 = _lse_bwd_fa(x, y, offsets, coefs, _Features(chunk, d // chunk), **c.options())
@@ -141,6 +143,39 @@ def _launch(x, y, scale, offsets, coefs: Coefs, c: BwdCall):
                            **c.options())
   out = dx, (None if cs is None else cs[0])
   return out if c1 is None else out + (c1[0],)
+
+
+def _gluon_pass(x, y, coefs: Coefs, c: BwdCall) -> bool:
+  """Whether a FlashAttention-shaped pass runs ``grad_gluon``'s kernel: configured
+  (``BwdTiles.gluon``, or its pass's ``RoleTiles.gluon``), d = 512, 16-bit inputs of one
+  dtype, no Matryoshka tables, no sigmoid, and a GPU and jax-triton that launch Gluon
+  Hopper kernels."""
+  tiles = c.config.bwd.for_pass(coefs.flags["HAS_ROW"], coefs.flags["HAS_COL"])
+  return (tiles.gluon and c.prefix is None and not coefs.flags["SIGMOID"]
+          and x.shape[1] == 512 and x.dtype == y.dtype and jnp.dtype(x.dtype).itemsize == 2
+          and _compat.gluon_kernels(c.interpret))
+
+
+def _lse_bwd_gluon(x, y, offsets, coefs: Coefs, c: BwdCall):
+  """``(dx, cs or None)`` of one pass from ``grad_gluon._lse_bwd_gluon_kernel`` (its own
+  64 x 128 tiles; the column splits as ``_lse_bwd_fa``'s)."""
+  from memeff_jax.backends.triton import grad_gluon  # pylint: disable=g-import-not-at-top
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn, bk = grad_gluon.BLOCK_M, grad_gluon.BLOCK_N, grad_gluon.BLOCK_K
+  num_splits, per_split = splits(m, bn, cdiv(n, bm), c.config)
+  f32 = jnp.float32
+  out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), c.out_dtype if num_splits == 1 else f32),
+                jax.ShapeDtypeStruct((2, num_splits, n) if c.want_cs else (1,), f32)]
+  xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
+  flags = {k: v for k, v in coefs.flags.items() if k not in ("PRECISION", "SIGMOID")}
+  dx, cs = call(
+      grad_gluon._lse_bwd_gluon_kernel, _compat.Tiles(x, (bm, bk), gluon=True),
+      _compat.Tiles(y, (bn, bk), gluon=True), coefs.scal, stack_offsets(offsets),
+      *coefs.side_stats, xb, yb, n, m, per_split, out_shapes=out_shapes,
+      grid=(cdiv(n, bm), num_splits), num_warps=4, num_stages=1, name="memeff/lse_bwd_gluon",
+      interpret=False, D=d, **dict(flags, WANT_CS=c.want_cs))
+  dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
+  return dx.astype(c.out_dtype), (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,9 +11,10 @@ each slab into the gradient with an XLA dot. Both share ``_common.coefficient``.
 import triton
 import triton.language as tl
 
-from memeff_jax.backends.triton._common import (coefficient, drop_pairs, load_bias, load_tile,
-                                                logits, row_stats, sigmoid_softplus,
-                                                similarity, tile_origin, tile_similarity)
+from memeff_jax.backends.triton._common import (coefficient, col_stats, drop_pairs, load_bias,
+                                                load_tile, logits, row_stats,
+                                                sigmoid_softplus, similarity, tile_origin,
+                                                tile_similarity)
 
 # fp32 entries of a tile that one thread's epilogue may work on at once (FWD): the
 # sigmoid epilogue keeps several temporaries an entry, so past 32 it spills (sm_90).
@@ -111,8 +112,11 @@ def _lse_bwd_kernel(
     for j0 in range(j_lo, j_hi, BLOCK_N):
       s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                           NUM_D, PRECISION, TMA)
-      coef = coefficient(s, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                         lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
+      cols = j0 + tl.arange(0, BLOCK_N)
+      lse_c, g_c, thr_c = col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL, COL_THR,
+                                    SHARED, SIGMOID)
+      coef = coefficient(s, scale2, row0, j0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
+                         thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
                          HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED,
                          SIGMOID=SIGMOID, sbias=sbias)
       if WANT_CS:
@@ -190,10 +194,12 @@ def prefix_gradient(x_ptr, y_ptr, xt_ptr, yt_ptr, row0, j_lo, j_hi, n, m, scale2
       s_k = s * a[:, None] * b[None, :]
       lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
                                     in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-      coef = coefficient(s_k, scale2, row0, j0, row_off, col_off, n, m, lse_r, g_r,
-                         thr_r, lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
-                         xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                         EXCLUDE_SELF, HAS_MASK, SHARED, SIGMOID=SIGMOID, sbias=sbias)
+      lse_c, g_c, thr_c = col_stats(lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
+                                    cols, m, HAS_COL, COL_THR, SHARED, SIGMOID)
+      coef = coefficient(s_k, scale2, row0, j0, rows, cols, row_off, col_off, n, m, lse_r,
+                         g_r, thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N,
+                         HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED,
+                         SIGMOID=SIGMOID, sbias=sbias)
       if WANT_CS:
         cs = cs[:k] + (cs[k] + tl.sum(coef * s_k, 1),) + cs[k + 1:]
       if SIGMOID:
@@ -306,10 +312,12 @@ def _tile_coef_bwd_kernel(
         s = s * a[:, None] * b[None, :]
       lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
                                     in_rows, BLOCK_M, HAS_ROW, ROW_THR)
-      coef = coefficient(s, scale2, row0, col0, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                         lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, xb_ptr,
-                         yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                         EXCLUDE_SELF, HAS_MASK, False, TILE_SHIFT, SPAN, SIGMOID, sbias)
+      lse_c, g_c, thr_c = col_stats(lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m,
+                                    cols, m, HAS_COL, COL_THR, False, SIGMOID)
+      coef = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
+                         thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
+                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, False, TILE_SHIFT,
+                         SPAN, SIGMOID, sbias)
       if row0 + BLOCK_M > n:   # the column role sees zero rows there: keep the slab clean
         coef = tl.where(in_rows[:, None], coef, 0.0)
       if HAS_TAB:
@@ -391,8 +399,8 @@ def fwd_chunk(s, c_ptr, local, scale2, sbias, g_r, rows, row0, col0, row_off, co
   cols = col0 + tl.arange(0, BLOCK_N)
   z = logits(s, scale2, load_bias(xb_ptr, rows, HAS_MASK), load_bias(yb_ptr, cols, HAS_MASK),
              HAS_MASK, True)
-  z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                 EXCLUDE_SELF)
+  z = drop_pairs(z, float("-inf"), row0, col0, rows, cols, row_off, col_off, m, BLOCK_M,
+                 BLOCK_N, EXCLUDE_SELF)
   if row0 + BLOCK_M > n:
     z = tl.where((rows < n)[:, None], z, float("-inf"))
   mx = tl.max(z, 1)

@@ -80,8 +80,8 @@ def _lse_fwd_kernel(
       z = logits(s, scale2, bias_r, bias_c, HAS_MASK, TWO_SIDED)
       if ROW_THR:
         z = tl.where(s <= thr[:, None], z, float("-inf"))
-      z = drop_pairs(z, float("-inf"), row0, j0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                     EXCLUDE_SELF)
+      z = drop_pairs(z, float("-inf"), row0, j0, rows, cols, row_off, col_off, m, BLOCK_M,
+                     BLOCK_N, EXCLUDE_SELF)
       m_new = tl.maximum(m_i, tl.max(z, 1))
       shift = safe_max(m_new)
       l_i = l_i * tl.exp2(m_i - shift) + tl.sum(tl.exp2(z - shift[:, None]), 1)
@@ -177,8 +177,8 @@ def _tile_lse_fwd_kernel(
     if ROW_THR:
       thr = tl.load(thr_ptr + k * n + rows, mask=rows < n, other=0.0)
       z = tl.where(s_k <= thr[:, None], z, float("-inf"))
-    z = drop_pairs(z, float("-inf"), row0, col0, cols, row_off, col_off, m, BLOCK_M, BLOCK_N,
-                   EXCLUDE_SELF)
+    z = drop_pairs(z, float("-inf"), row0, col0, rows, cols, row_off, col_off, m, BLOCK_M,
+                   BLOCK_N, EXCLUDE_SELF)
     if TWO_SIDED:
       if row0 + BLOCK_M > n:
         z = tl.where((rows < n)[:, None], z, float("-inf"))
