@@ -122,7 +122,7 @@ def headline_more(rows16k: list[dict], rows1m: list[dict]) -> str:
   get = by_key(rows16k, "bench", "provider")
   clip, lit = ({p: get[(n, p)] for p in ("triton", "dense", "memeff")} for n in ("clip", "lit"))
   b, d = clip["triton"]["batch"], clip["triton"]["dim"]
-  text = (f"B={b}, D={d}, same run: CLIP {fmt_ms(clip['triton']['ms'])} ms vs the plain dense "
+  text = (f"B={b}, D={d}, one call: CLIP {fmt_ms(clip['triton']['ms'])} ms vs the plain dense "
           f"XLA loss (`--providers dense`: logits, two log-softmaxes) "
           f"{fmt_ms(clip['dense']['ms'])} ms / {clip['dense']['extra_gib']:.1f} GiB and memeff "
           f"{fmt_ms(clip['memeff']['ms'])} ms; LiT " +
