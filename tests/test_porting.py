@@ -128,7 +128,8 @@ def _mesh(n):
 
 RING = sampled([(c, n, be) for c in (CONFIGS[7], CONFIGS[4], CONFIGS[-1], CONFIGS[3])
                 for n in (2, 4) for be in ("blockwise", "interpret")],
-               lambda i, p: p[2] == "blockwise" or (p[0] == CONFIGS[7] and p[1] == 4))
+               lambda i, p: (p[2] == "blockwise" and p[1] == 2) or (
+                   p[0] == CONFIGS[7] and p[1] == 4))
 
 
 @pytest.mark.parametrize("config,n_dev,backend", RING)
@@ -298,7 +299,7 @@ OPTIONS = sampled([(g, o, be, lit) for g in range(len(_GROUPS))
                   lambda i, p: checkerboard((p[0], range(len(_GROUPS))),
                                             (p[1], ("tau_ls_z", "where", "dims")),
                                             (p[2], ("blockwise", "interpret")), (p[3], (False, True)),
-                                            mod=3))
+                                            mod=4))
 
 
 @pytest.mark.parametrize("group,option,backend,lit", OPTIONS)

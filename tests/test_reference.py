@@ -11,6 +11,7 @@ from jax.test_util import check_grads
 
 from memeff_jax import reference
 from tests.support import oracle
+from tests.support.check import sampled
 
 
 def _rand(seed, *shape):
@@ -72,8 +73,10 @@ QWEN_OPTS = [dict(), dict(qq=True), dict(dd=True), dict(qq=True, dd=True, k=3),
              dict(k=0, margin=0.0, tau=0.05)]
 
 
-@pytest.mark.parametrize("lit,opts", [(lit, o) for lit in (False, True) for o in QWEN_OPTS
-                                      if not (lit and o.get("dd"))])  # LiT-Qwen3: no d-d
+# Every other case by default (the rest: slow).
+@pytest.mark.parametrize("lit,opts", sampled(
+    [(lit, o) for lit in (False, True) for o in QWEN_OPTS
+     if not (lit and o.get("dd"))], lambda i, c: i % 2 == 0))   # LiT-Qwen3: no d-d
 def test_qwen3_vs_loops(lit, opts):
   b, d, t, margin = 7, 6, 0.1, opts.get("margin", 0.1)
   q = _rand(0, b, d)

@@ -74,12 +74,12 @@ def _mesh(n):
 
 
 # The cases that run by default, by (backend, devices): every case on 2 devices with
-# blockwise, half of them on 8, two on 1 and two on 4; the interpreter on 8 devices for
-# two cases, on 1, 2 and 4 for one. The rest: slow.
+# blockwise, two on 8, two on 1 and two on 4; the interpreter on 1, 2, 4 and 8 devices
+# for one case each. The rest: slow.
 _DEFAULT = {("blockwise", 2): tuple(CASES),
-            ("blockwise", 8): ("clip_tau_rows", "lit_tau_rows", "qwen3_tau_rows", "lit_qwen3"),
+            ("blockwise", 8): ("lit_tau_rows", "qwen3_tau_rows"),
             ("blockwise", 1): ("clip", "qwen3"), ("blockwise", 4): ("lit", "qwen3_plain"),
-            ("interpret", 8): ("clip_tau_rows", "lit_qwen3"), ("interpret", 4): ("clip",),
+            ("interpret", 8): ("clip_tau_rows",), ("interpret", 4): ("clip",),
             ("interpret", 2): ("clip",), ("interpret", 1): ("qwen3",)}
 RING_PARAMS = sampled(
     [("blockwise", n, c) for n in (1, 2, 4, 8) for c in CASES] +
@@ -101,8 +101,10 @@ def test_grad_outside_shard_map(backend, n_dev, case):
   _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
 
 
-@pytest.mark.parametrize("backend", ["blockwise", "interpret"])
-@pytest.mark.parametrize("case", ["clip", "lit_tau_rows", "qwen3", "lit_qwen3"])
+# Each case on one backend, alternating (the rest: slow).
+@pytest.mark.parametrize("backend,case", sampled(
+    [(be, c) for c in ("clip", "lit_tau_rows", "qwen3", "lit_qwen3")
+     for be in ("blockwise", "interpret")], lambda i, c: i in (0, 3, 4, 7)))
 def test_grad_inside_shard_map(backend, case):
   # jax.grad inside shard_map: each device gets the local rows of the global gradient
   # (no doubling, no halving), and the replicated temperature its full gradient.
