@@ -35,8 +35,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   it), and one of the columns' alone (Qwen3's documents) keeps pointer loads.
 
   ``gluon``: the Gluon Hopper kernels can be launched (``_compat.gluon_kernels``): the
-  16-bit FlashAttention-shaped gradient at d_pad = 512 then runs as ``grad_gluon``'s
-  warp-specialized kernel (``BwdTiles.gluon``; 224 KiB of shared memory a block).
+  16-bit FlashAttention-shaped gradient at d = 512 then runs as ``grad_gluon``'s
+  warp-specialized kernel (``BwdTiles.gluon``, set at d_pad = 512: other sizes keep the
+  Triton kernel; 224 KiB of shared memory a block).
   """
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
@@ -61,9 +62,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
                  col_role=RoleTiles(tma=False)) if d_pad == 512 else {}
     cfg = cfg.evolve(bwd=dict(tma=True, **roles))
   if gluon and not wide and d_pad == 512 and (smem_kib is None or smem_kib >= 225):
-    # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP 44.9 -> 42.0 ms, LiT 27.3
-    # -> 24.9, Qwen3 47.5 (the rows' pass alone in Gluon) -> 43.8 (h200_gluon_roles.csv,
-    # docs/benchmarks.md "Gluon").
+    # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd, against the Triton kernels:
+    # CLIP 44.8 -> 42.4 ms, LiT 27.3 -> 24.9, Qwen3 49.2 -> 44.1 (h200_gluon_roles.csv
+    # runs 0 and 3; docs/benchmarks.md "The Gluon gradient").
     cfg = cfg.evolve(bwd=dict(gluon=True))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
