@@ -10,6 +10,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import types
 import typing
 import warnings
 
@@ -231,3 +232,66 @@ def test_jax_triton_kernels_launch_with_the_compiled_warps():
   assert [c[1] for c in calls] == [12, 8, 8, 4]
   assert calls[0] == ("k", 12, 1, 1024, ptx, "ttir", 90)
   assert wrapped.marker is lib.marker
+
+
+def _fake_jax_triton(monkeypatch, hook: bool = True):
+  """A stand-in ``jax_triton`` (this machine's jax-triton needs a GPU jaxlib): its
+  ``triton_lib`` with the Gluon compile hook ``_compat`` reroutes, or without it."""
+  tlib = types.SimpleNamespace()
+  if hook:
+    tlib.compile_ttir_inplace = lambda *args: ("jax-triton's compile", args)
+    tlib.CompilationResult = lambda **fields: ("result", fields)
+  jt = types.ModuleType("jax_triton")
+  jt.triton_lib, jt.TensorDescriptor = tlib, object
+  monkeypatch.setitem(sys.modules, "jax_triton", jt)
+  return tlib
+
+
+@pytest.mark.parametrize("cc,version,hook,interpret,want", [
+    ("9.0", "3.9.0", True, False, True),     # an H100 / H200 on pip's stack
+    ("10.0", "3.9.0", True, False, False),   # Blackwell: no wgmma
+    ("8.0", "3.9.0", True, False, False),
+    ("9.0", "3.8.0", True, False, False),    # the Gluon language as written needs 3.9
+    ("9.0", "3.9.0", False, False, False),   # a jax-triton without the compile hook
+    ("9.0", "3.9.0", True, True, False)])    # the interpreter
+def test_gluon_kernels_only_on_hopper(monkeypatch, cc, version, hook, interpret, want):
+  # The Gluon gradient (wgmma, Hopper's alone) is taken only on compute capability 9.x
+  # with Triton >= 3.9 and a jax-triton whose compile of Gluon modules _compat reroutes.
+  pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+  import triton  # pylint: disable=g-import-not-at-top
+  _fake_jax_triton(monkeypatch, hook)
+  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
+  monkeypatch.setattr(jax, "devices", lambda: [types.SimpleNamespace(compute_capability=cc)])
+  monkeypatch.setattr(triton, "__version__", version)
+  assert _compat.gluon_kernels.__wrapped__(interpret) is want
+
+
+def test_gluon_modules_compile_through_gluons_own_lowering(monkeypatch):
+  # jax-triton 0.4.1 lowers every module with Triton's make_ttir + make_ttgir, which
+  # rewrite a Gluon kernel (a full wgmma wait after each wgmma); after _gluon_compile a
+  # Gluon module (its ttg.num-warps set) goes through gluon_ptx and comes back as
+  # jax-triton's CompilationResult, and a Triton module compiles as before.
+  tlib = _fake_jax_triton(monkeypatch)
+  seen = []
+  md = dict(name="k", shared=229632, tensordesc_meta=[], global_scratch_size=0,
+            global_scratch_align=1)
+  monkeypatch.setattr(_compat, "gluon_ptx", lambda module, backend, options, arch: seen.append(
+      (module.warps, arch)) or dict(ptx="PTX", ttgir="TTGIR", llir="LLIR", md=md))
+  _compat._gluon_compile.__wrapped__()
+
+  class Module:
+    def __init__(self, warps):
+      self.warps = warps
+
+    def get_int_attr(self, name):
+      return self.warps if name == "ttg.num-warps" else None
+
+  backend = types.SimpleNamespace(gluon_to_ttgir=lambda *a: None)
+  target = types.SimpleNamespace(arch=90)
+  triton_module = Module(None)
+  assert tlib.compile_ttir_inplace(triton_module, backend, "opts", target) == (
+      "jax-triton's compile", (triton_module, backend, "opts", target))
+  assert tlib.compile_ttir_inplace(Module(4), backend, "opts", target) == ("result", dict(
+      binary="PTX", name="k", shared_mem_bytes=229632, ttgir="TTGIR", llir="LLIR",
+      global_scratch_size=None, global_scratch_align=None, tensordesc_meta=[]))
+  assert seen == [(4, 90)]
