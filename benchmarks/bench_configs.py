@@ -9,7 +9,8 @@ config.py come from measurements and the backward's share of the time is visible
 tiled (coefficient-slab) gradient at several slab heights instead of the tile list;
 ``--set siglip``: SigLIP's fused gradient by slab height, tile and warps. ``--learned``:
 the temperature (SigLIP's: and bias) is an input with a gradient, as CLIP and
-big_vision train it: the gradient passes then also sum c s.
+big_vision train it: the gradient passes then also sum c s. ``--where``: the last tenth
+of the rows removed (``where=``, a padded batch, as bench_losses.py's ``*_where``).
 
   python benchmarks/bench_configs.py --batch 65536 --dims 512 --out configs.csv
   python benchmarks/bench_configs.py --losses clip_mrl --dims 512 --out configs_mrl.csv
@@ -144,6 +145,7 @@ def main(argv=None):
   p.add_argument("--learned", action="store_true",
                  help="a learned temperature (SigLIP: and bias): traced inputs with gradients")
   p.add_argument("--no-fwd", action="store_true", help="fwd+bwd only")
+  p.add_argument("--where", action="store_true", help="where=: the last tenth removed")
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   w = Writer(a.out)
@@ -163,7 +165,8 @@ def main(argv=None):
       base = name.removesuffix("_mrl")
       fn = functools.partial({"clip": mj.clip_loss, "lit": mj.lit_loss,
                               "qwen3": mj.qwen3_loss, "siglip": mj.siglip_loss}[base],
-                             **(dict(matryoshka_dims=(d // 8, d // 4, d // 2, d)) if mrl else {}))
+                             **(dict(matryoshka_dims=(d // 8, d // 4, d // 2, d)) if mrl else {}),
+                             **(dict(where=jnp.arange(b) < b - b // 10) if a.where else {}))
       argnums = (0,) if base == "lit" else (0, 1)
       gemms = 3 if base in ("lit", "siglip") else 5
       label = "default" if i == 0 else f"cfg{i}"
@@ -178,7 +181,7 @@ def main(argv=None):
       full = jax.jit(jax.value_and_grad(
           lambda *v: fn(*v, backend="triton", config=cfg), argnums=argnums))
       fwd = jax.jit(lambda *v: fn(*v, backend="triton", config=cfg))
-      tag = "_learned" if len(args) > 2 else ""
+      tag = ("_learned" if len(args) > 2 else "") + ("_where" if a.where else "")
       r = Result(f"{name}{tag}_fwd+bwd", label, b, d, "bfloat16", note=note)
       def timed(r=r, full=full):
         r.extra_gib = compiled_extra_gib(full, *args)
