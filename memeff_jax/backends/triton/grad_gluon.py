@@ -12,9 +12,14 @@ in, P @ y into its half of dx's features, [64, 256] fp32 in registers. No simila
 computed twice, and one group's exponentials run under the other's wgmma. A ring chunk
 is freed by the other group's S and its owner's P @ y (two arrivals).
 
+A pass with the columns' softmax loads each tile's column statistics (``col_stats``)
+before the tile's wgmma: loaded after S, where the coefficient reads them, their latency
+stalled both groups (P is shared), tile after tile.
+
 On an H200 (B = 65536, bf16, LiT's pass of the rows' softmax) it takes 15.1 ms against
-the Triton kernel's 19.3 (benchmarks/bench_gluon_grad.py, ``gluon_ws_split_bn128``;
-benchmarks/results/h200_gluon_grad.csv). Shared memory: 64 + 128 + 32 KiB.
+the Triton kernel's 19.3 (benchmarks/bench_gluon_grad.py, then ``gluon_ws_split_bn128``;
+benchmarks/results/h200_gluon_grad.csv); whole steps: docs/benchmarks.md, "The Gluon
+gradient". Shared memory: 64 + 128 + 32 KiB.
 """
 
 from triton.experimental import gluon
