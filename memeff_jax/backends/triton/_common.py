@@ -150,8 +150,9 @@ def load_bias(bias_ptr, idx, HAS_MASK: tl.constexpr):
   one-sided tiled forward 34% longer in its sm_90 SASS and its kernel 7.2 -> 9.9 ms
   (LiT, B = 65536, D = 512, H200); without them the masked forward takes 9.4 ms end to
   end instead of 11.1 (plain 8.0; benchmarks/NOTES.md, a7d1076). Loaded ahead of
-  the GEMM loop, where its latency hides."""
-  bias = tl.zeros([1], dtype=tl.float32)
+  the GEMM loop, where its latency hides. The dummy is 0.0, no tensor (a Gluon kernel's
+  tensors carry a layout: ``coefficient``)."""
+  bias = 0.0
   if HAS_MASK:
     bias = tl.load(bias_ptr + idx)
   return bias
@@ -280,8 +281,8 @@ def coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r
   """
   z = s * scale2
   if HAS_MASK:   # (b_r, b_c exist only here and under HAS_MASK below)
-    b_r = tl.load(xb_ptr + rows)[:, None]   # (padded: see ``load_bias``)
-    b_c = tl.load(yb_ptr + cols)[None, :]
+    b_r = load_bias(xb_ptr, rows, HAS_MASK)[:, None]
+    b_c = load_bias(yb_ptr, cols, HAS_MASK)[None, :]
   if SIGMOID:
     u = z * 0.6931471805599453 + sbias
     if HAS_MASK:
