@@ -85,6 +85,26 @@ def compile_library_gradient(dtype: str, constexprs: dict) -> dict:
   return compile_sm90(grad_gluon._lse_bwd_gluon_kernel, sig, ptrs, constexprs, 4, 1)
 
 
+def compile_library_forward(dtype: str, constexprs: dict) -> dict:
+  """The library's Gluon forward kernel (``stats_gluon._lse_fwd_gluon_kernel``) compiled
+  as ``compile_library_gradient`` compiles the gradient's."""
+  from memeff_jax.backends.triton import stats_gluon  # pylint: disable=g-import-not-at-top
+  short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
+  k = stats_gluon.BLOCK_K
+
+  def desc(rows):
+    layout = gl.NVMMASharedLayout.get_default_for([rows, k], getattr(gl, dtype))
+    return f"tensordesc<{short}[{rows},{k}],{layout!r}>"
+
+  stats = ("scal_ptr", "thr_ptr", "xb_ptr", "yb_ptr", "row_part_ptr", "col_part_ptr",
+           "row_max_ptr", "col_max_ptr")
+  sig = dict(x_desc=desc(stats_gluon.BLOCK_M), y_desc=desc(stats_gluon.BLOCK_N),
+             off_ptr="*i32", n="i32", m="i32", cols_per_split="i32",
+             **{p: "*fp32" for p in stats})
+  ptrs = [name for name, t in sig.items() if t.startswith(("*", "tensordesc"))]
+  return compile_sm90(stats_gluon._lse_fwd_gluon_kernel, sig, ptrs, constexprs, 4, 1)
+
+
 def ptxas(ptx: str) -> dict:
   """Registers, spill stores / loads and warnings of ``ptx`` by ``ptxas -v -arch=sm_90a``
   (a serialized wgmma chain is a warning)."""

@@ -76,7 +76,9 @@ CANDIDATES = {
           _tf(256, 128, 64, 8, 3), _tf(64, 128, 64, 4, 3), _tf(128, 64, 64, 4, 3),
           # CLIP's columns from a second one-sided tiled pass (twice the GEMMs, no sum
           # across a tile's rows: Triton 3.9 lowers that one in eight shared-memory rounds)
-          dict(fwd_col_pass=True)],
+          dict(fwd_col_pass=True),
+          # the bounded forward as stats_gluon's kernel, or the Triton one (jax-triton 0.4)
+          dict(fwd_gluon=False), dict(fwd_gluon=True)],
     512: [_tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 4, 2), _tf(128, 128, 128, 4, 2),
           _b(64, 64, 8, 2), _b(64, 32, 8, 2),
           _tf(128, 128, 64, 8, 3), _tf(128, 128, 64, 8, 4), _tf(128, 256, 64, 8, 3),
@@ -93,15 +95,17 @@ CANDIDATES = {
           _b(64, 64, 8, 2, bwd_tma=True), dict(fwd_col_pass=True),
           # grad_gluon's kernel in every pass (the defaults: the rows' softmax alone), and
           # in none (the Triton kernels' tiles of jax-triton 0.4)
-          dict(bwd_gluon=True), dict(bwd_row_role=RoleTiles(block_n=128, num_stages=1))],
+          dict(bwd_gluon=True), dict(bwd_row_role=RoleTiles(block_n=128, num_stages=1)),
+          dict(fwd_gluon=False), dict(fwd_gluon=True)],
     256: [dict(_tf(128, 128, 64, 4, 3), **_b(64, 64, 4, 2)),
           dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 8, 2)),
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),
           _b(64, 32, 4, 3), _b(128, 64, 8, 2), _b(128, 32, 8, 2), dict(bwd_tma=True),
-          dict(bwd_tma=False)],
+          dict(bwd_tma=False), dict(fwd_gluon=False), dict(fwd_gluon=True)],
     1024: [_tf(128, 128, 64, 4, 3), _tb(128, 128, 64, 8, 3),
            _tb(64, 128, 64, 4, 4, slab_kib=131072),
-           _tb(128, 64, 64, 4, 4), dict(bwd_pair=False)],
+           _tb(128, 64, 64, 4, 4), dict(bwd_pair=False), dict(fwd_gluon=False),
+           dict(fwd_gluon=True)],
 }
 # The tiled gradient, paired (both towers from one slab), by slab height (min_slab_rows
 # above what the 64 MiB slab budget gives), tile and warps.

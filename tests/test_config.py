@@ -458,31 +458,91 @@ def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
   launch.resolve_plan.cache_clear()
 
 
+@pytest.mark.parametrize("gluon", [False, True])
+def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
+  # Where the Gluon Hopper kernels can be launched (stood in for here), a default step's
+  # bounded forward at d = 128 and 512 (16-bit) is stats_gluon's kernel, on 128 x 128
+  # tiles of 64 features through descriptors with Gluon's layout, both sides (CLIP) or
+  # the rows' (LiT, Qwen3), the maxima only where the stats are asked for; the exact
+  # forward it falls back to stays the Triton kernel. None at d = 256, in fp32, for
+  # SigLIP, for a Matryoshka block in one launch, with fwd_gluon=False; without the
+  # kernels, none. Shapes only (the launches are recorded).
+  seen = []
+
+  def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
+    if "fwd" in name:
+      tiles = tuple((a.block, a.gluon) for a in args if isinstance(a, _compat.Tiles))
+      seen.append((name, constexprs.get("BOUNDED", True), constexprs["TWO_SIDED"],
+                   constexprs.get("WANT_MAX"), tiles))
+    return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
+
+  monkeypatch.setattr(_compat, "triton_call", record)
+  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
+  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
+  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
+  jax.clear_caches()
+  launch.resolve_plan.cache_clear()
+
+  def step(fn, d, dtype=jnp.bfloat16, **kw):
+    seen.clear()
+    x = jax.ShapeDtypeStruct((65536, d), dtype)
+    jax.eval_shape(lambda a, b: fn(a, b, backend="triton", **kw), x, x)
+    return list(seen)
+
+  on = (((128, 64), True), ((128, 64), True))
+  for d, (fn, two, stats) in itertools.product(
+      (128, 512), ((mj.clip_loss, True, False), (mj.lit_loss, False, False),
+                   (mj.qwen3_loss, False, False), (mj.clip_loss_with_stats, True, True))):
+    bounded = {(n, two_sided, want_max, tiles) for n, b, two_sided, want_max, tiles
+               in step(fn, d) if b}
+    want = {("memeff/lse_fwd_gluon", two, stats, on)} if gluon else {
+        ("memeff/tile_lse_fwd", two, stats, ())}
+    assert bounded == want, (d, fn, bounded)
+  off = lambda got: got and all(n == "memeff/tile_lse_fwd" for n, *_ in got)
+  assert off(step(mj.clip_loss, 256))
+  assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.clip_loss, 512, jnp.float32))
+  assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.siglip_loss, 512))
+  assert off(step(mj.clip_loss, 512, matryoshka_dims=(128, 512), matryoshka_per_dim=False))
+  cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
+  assert off(step(mj.clip_loss, 512, config=cfg.evolve(fwd=dict(gluon=False))))
+  launch.resolve_plan.cache_clear()
+
+
 # The flag sets of the gradient passes a default step launches at d = 512 (CLIP's both
 # roles, on one shift or two; LiT's and Qwen3's one-role passes with the thresholds,
-# self pairs dropped), plus where= and fp16.
-_GLUON_PASSES = [
-    ("bfloat16", dict(HAS_ROW=True, HAS_COL=True, SHARED=True, WANT_CS=True)),
-    ("bfloat16", dict(HAS_ROW=True, HAS_COL=True, SHARED=False, WANT_CS=False)),
-    ("bfloat16", dict(HAS_ROW=True, HAS_COL=False, ROW_THR=True, WANT_CS=True)),
-    ("bfloat16", dict(HAS_ROW=False, HAS_COL=True, COL_THR=True, WANT_CS=False)),
-    ("float16", dict(HAS_ROW=True, HAS_COL=True, SHARED=True, WANT_CS=True, HAS_MASK=True)),
+# self pairs dropped), plus where= and fp16; the forwards' at d = 128 and 512 (two-sided
+# and one-sided with the thresholds, the maxima of the stats, where=, fp16).
+_GRAD = dict(D=512, HAS_ROW=False, HAS_COL=False, ROW_THR=False, COL_THR=False,
+             EXCLUDE_SELF=True, WANT_CS=False, HAS_MASK=False, SHARED=False)
+_FWD = dict(D=512, ROW_THR=False, EXCLUDE_SELF=True, TWO_SIDED=False, HAS_MASK=False,
+            WANT_MAX=False)
+_GLUON_KERNELS = [
+    ("gradient", "bfloat16", dict(_GRAD, HAS_ROW=True, HAS_COL=True, SHARED=True,
+                                  WANT_CS=True)),
+    ("gradient", "bfloat16", dict(_GRAD, HAS_ROW=True, HAS_COL=True)),
+    ("gradient", "bfloat16", dict(_GRAD, HAS_ROW=True, ROW_THR=True, WANT_CS=True)),
+    ("gradient", "bfloat16", dict(_GRAD, HAS_COL=True, COL_THR=True)),
+    ("gradient", "float16", dict(_GRAD, HAS_ROW=True, HAS_COL=True, SHARED=True,
+                                 WANT_CS=True, HAS_MASK=True)),
+    ("forward", "bfloat16", dict(_FWD, TWO_SIDED=True)),
+    ("forward", "bfloat16", dict(_FWD, D=128, TWO_SIDED=True)),
+    ("forward", "bfloat16", dict(_FWD, ROW_THR=True)),
+    ("forward", "float16", dict(_FWD, D=128, TWO_SIDED=True, WANT_MAX=True, HAS_MASK=True)),
 ]
 
 
 @pytest.mark.smallgpu
-def test_gluon_gradient_compiles_for_hopper():
-  # grad_gluon's kernel compiled for sm_90 by the installed Triton, as _compat has
-  # jax-triton compile it (Gluon's own lowering, no GPU; in a process of its own, as this
-  # one runs Triton's interpreter): a TMA producer warp and two consumer warp groups
-  # (12 warps in the PTX's .reqntid, which _compat launches with) within the H100's
-  # 227 KiB, each consumer's wgmma left in flight (a full wait at a tile's S and P @ y
-  # only: 4 in all; Triton's make_ttgir on the same module waits after every one).
+def test_gluon_kernels_compile_for_hopper():
+  # grad_gluon's and stats_gluon's kernels compiled for sm_90 by the installed Triton, as
+  # _compat has jax-triton compile them (Gluon's own lowering, no GPU; in a process of
+  # its own, as this one runs Triton's interpreter): a TMA producer warp and two consumer
+  # warp groups (12 warps in the PTX's .reqntid, which _compat launches with) within the
+  # H100's 227 KiB, each consumer's wgmma left in flight (a full wait at the gradient
+  # tile's S and P @ y only, 4 in all, and at the forward tile's S, 2; Triton's make_ttgir
+  # on the same module waits after every one).
   pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-  specs = [[dtype, dict(dict(D=512, HAS_ROW=False, HAS_COL=False, ROW_THR=False,
-                             COL_THR=False, EXCLUDE_SELF=True, WANT_CS=False,
-                             HAS_MASK=False, SHARED=False), **flags)]
-           for dtype, flags in _GLUON_PASSES]
+  specs = [list(k) for k in _GLUON_KERNELS]
   env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
   out = subprocess.run([sys.executable, "-m", "tests.support.gluon_compiled"],
                        input=json.dumps(specs), capture_output=True, text=True, env=env,
@@ -491,4 +551,5 @@ def test_gluon_gradient_compiles_for_hopper():
   assert len(reports) == len(specs)
   for spec, r in zip(specs, reports):
     assert (r["reqntid_warps"], r["partitioned"], r["ptxas_rc"]) == (12, True, 0), (spec, r)
-    assert r["shared_kib"] <= 227 and r["wgmma"] > 0 and r["wait_group0"] == 4, (spec, r)
+    waits = {"gradient": 4, "forward": 2}[spec[0]]
+    assert r["shared_kib"] <= 227 and r["wgmma"] > 0 and r["wait_group0"] == waits, (spec, r)

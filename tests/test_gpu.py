@@ -564,3 +564,51 @@ def test_gluon_gradient_triton(monkeypatch, family, b, masked, dtype):
                                          **fam.options, **k)[0],
           ref_fn, arrays, dtype=dtype, label_smoothing=0.1, tau_plus=0.05)
   assert "memeff/lse_bwd_gluon" in names and "memeff/lse_bwd" not in names, names
+
+
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
+@pytest.mark.parametrize("d", [128, 512])
+@pytest.mark.parametrize("b,masked,dtype", [(2085, False, jnp.bfloat16), (300, True, jnp.float16)])
+def test_gluon_forward_triton(monkeypatch, family, d, b, masked, dtype):
+  # The bounded forward as stats_gluon's warp-specialized kernel (the defaults at d = 128
+  # and 512 where jax-triton >= 0.4 runs on Hopper): the loss and its gradients against
+  # the float64 reference, and with_stats' log-sum-exps of every kept row and column and
+  # its in-batch accuracies (the maxima) against those of the Triton forward on the same
+  # inputs (fwd_gluon=False: the same 16-bit rounding before the GEMM; only fp32 summation
+  # order differs, 1e-4 in the lse). Every family's thresholds, q-q / d-d blocks and self
+  # pairs, two-sided (CLIP) and one-sided, a batch of no whole tile (2085), column splits
+  # (300 rows: 3 row tiles), where=, fp16; the loss alone (no maxima) too.
+  if not _compat.gluon_kernels(False):
+    pytest.skip("no Gluon Hopper kernels with this GPU / jax-triton / Triton")
+  cfg = launch.TritonBackend().default_config(d, dtype)
+  assert cfg.fwd.gluon
+  fam = FAMILIES[family]
+  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
+            features(b + d, [(b, d), (b, d)], dtype))
+  w = where_mask(b, seed=3) if masked else None
+  names = []
+  call = _compat.triton_call
+  monkeypatch.setattr(_compat, "triton_call", lambda *a, **k: names.append(k["name"]) or
+                      call(*a, **k))
+  jax.clear_caches()
+
+  def ref_fn(*a, **k):
+    return fam.reference_with_stats(*(a if w is None else [v[w] for v in a]), **fam.options,
+                                    **k)[0]
+
+  run = lambda c, **k: fam.with_stats(*arrays, where=w, backend="triton", config=c,
+                                      **fam.options, **k)
+  compare(lambda *a, **k: fam.loss(*a, where=w, backend="triton", config=cfg, **fam.options,
+                                   **k),
+          ref_fn, arrays, dtype=dtype, label_smoothing=0.1)
+  assert "memeff/lse_fwd_gluon" in names, names
+  (loss, stats), (loss_t, stats_t) = (run(c) for c in (
+      cfg, cfg.evolve(fwd=dict(gluon=False))))
+  keep = slice(None) if w is None else w
+  np.testing.assert_allclose(loss, loss_t, rtol=1e-5)
+  assert (stats.lse_col is None) == (stats_t.lse_col is None) == (family != "clip")
+  for got, want in ((stats.lse_row, stats_t.lse_row), (stats.lse_col, stats_t.lse_col)):
+    if got is not None:
+      np.testing.assert_allclose(np.asarray(got)[keep], np.asarray(want)[keep], rtol=0, atol=1e-4)
+  assert stats.accuracy_row == stats_t.accuracy_row
+  assert stats.accuracy_col == stats_t.accuracy_col

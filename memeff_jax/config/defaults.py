@@ -10,6 +10,14 @@ from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, Ke
 from memeff_jax.config.smem import TILED_FORWARD, fit_smem, pow2
 
 
+# Feature sizes (d_pad) whose 16-bit bounded forward is stats_gluon's kernel where the
+# Gluon Hopper kernels can be launched. B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd,
+# against the Triton forward: CLIP D = 512 42.1 -> 40.6 ms, LiT 24.8 -> 23.6, Qwen3 43.8 ->
+# 42.5; D = 128 CLIP 13.2 -> 11.6, LiT 7.2 -> 6.5 (h200_gluon_fwd_lib.csv run 3). d_pad =
+# 256 not measured; above 512, x's rows do not fit shared memory.
+GLUON_FWD = (128, 512)
+
+
 def default_config(d: int, dtype, *, interpret: bool = False,
                    smem_kib: int | None = None, tma: bool = False,
                    gluon: bool = False) -> KernelConfig:
@@ -37,7 +45,8 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   ``gluon``: the Gluon Hopper kernels can be launched (``_compat.gluon_kernels``): the
   16-bit FlashAttention-shaped gradient at d = 512 then runs as ``grad_gluon``'s
   warp-specialized kernel (``BwdTiles.gluon``, set at d_pad = 512: other sizes keep the
-  Triton kernel; 224 KiB of shared memory a block).
+  Triton kernel; 224 KiB of shared memory a block), and the 16-bit bounded forward at
+  d_pad = 128 and 512 as ``stats_gluon``'s (``FwdTiles.gluon``; ``GLUON_FWD``).
   """
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
@@ -61,11 +70,14 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     roles = dict(row_role=RoleTiles(block_n=128, num_stages=1),
                  col_role=RoleTiles(tma=False)) if d_pad == 512 else {}
     cfg = cfg.evolve(bwd=dict(tma=True, **roles))
-  if gluon and not wide and d_pad == 512 and (smem_kib is None or smem_kib >= 225):
-    # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd, against the Triton kernels:
-    # CLIP 44.8 -> 42.4 ms, LiT 27.3 -> 24.9, Qwen3 49.2 -> 44.1 (h200_gluon_roles.csv
-    # runs 0 and 3; docs/benchmarks.md "The Gluon gradient").
-    cfg = cfg.evolve(bwd=dict(gluon=True))
+  if gluon and not wide and (smem_kib is None or smem_kib >= 225):
+    if d_pad in GLUON_FWD:
+      cfg = cfg.evolve(fwd=dict(gluon=True))
+    if d_pad == 512:
+      # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd, against the Triton kernels:
+      # CLIP 44.8 -> 42.4 ms, LiT 27.3 -> 24.9, Qwen3 49.2 -> 44.1 (h200_gluon_roles.csv
+      # runs 0 and 3; docs/benchmarks.md "The Gluon gradient").
+      cfg = cfg.evolve(bwd=dict(gluon=True))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

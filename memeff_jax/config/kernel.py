@@ -71,10 +71,16 @@ class FwdTiles(_Group):
     num_warps, num_stages: launch settings.
     one_sided_warps: warps of the tiled forward on blocks that need only row
       statistics (LiT, Qwen3); None: ``num_warps``.
+    gluon: the bounded forward runs as a warp-specialized Gluon kernel (a TMA
+      producer warp and two wgmma consumer warp groups, its own 128-row programs and
+      128-column tiles) where it can: 16-bit inputs, d <= 512, no Matryoshka tables, no
+      sigmoid, compute capability 9.x, jax-triton >= 0.4 with Triton >= 3.9; elsewhere
+      (and the exact forward) as the fields above say.
   """
 
   _FLAT = "fwd_"
   _POW2 = ("block_m", "block_n", "block_d")
+  _BOOLS = ("gluon",)
   _OPTIONAL = ("one_sided_warps",)
 
   block_m: int = 64
@@ -83,6 +89,7 @@ class FwdTiles(_Group):
   num_warps: int = 4
   num_stages: int = 2
   one_sided_warps: int | None = None
+  gluon: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,6 +58,8 @@ def lse_fwd(x, y, scale, row_thr, offsets, bias=None, **options):
 
 def _lse_fwd(x, y, scale, row_thr, offsets, c: FwdCall):
   config = c.config
+  if _gluon_fwd(x, y, c):
+    return _lse_fwd_gluon(x, y, scale, row_thr, offsets, c)
   tiled = config.algorithm.fwd_tiled or c.prefix is not None
   if c.two_sided and config.algorithm.fwd_col_pass and c.prefix is None:
     # the columns' statistics as a second row pass over the swapped block (the sweep
@@ -97,6 +99,67 @@ def _lse_fwd(x, y, scale, row_thr, offsets, c: FwdCall):
   max_row = jnp.max(max_row, axis=0) * LN2
   max_col = jnp.max(max_col, axis=0) * LN2 if c.two_sided else None
   return lse_row, lse_col, max_row, max_col
+
+
+def _gluon_fwd(x, y, c: FwdCall) -> bool:
+  """Whether a forward runs ``stats_gluon``'s kernel: configured (``FwdTiles.gluon``),
+  bounded, no Matryoshka tables, 16-bit inputs of one dtype, d <= 512 (x's rows stay in
+  shared memory) in rows of whole 16 bytes (as TMA reads them), and a GPU and jax-triton
+  that launch Gluon Hopper kernels."""
+  return (c.config.fwd.gluon and c.bounded and c.prefix is None and x.dtype == y.dtype
+          and jnp.dtype(x.dtype).itemsize == 2 and x.shape[1] % 8 == 0 and x.shape[1] <= 512
+          and _compat.gluon_kernels(c.interpret))
+
+
+def _lse_fwd_gluon(x, y, scale, row_thr, offsets, c: FwdCall):
+  """``_lse_fwd_tiled``'s bounded statistics from ``stats_gluon._lse_fwd_gluon_kernel``
+  (its own 128-row programs, 128-column tiles; rows' sums per column split and consumer
+  group, columns' per row tile, added in JAX; slabs of rows as the tiled forward's)."""
+  from memeff_jax.backends.triton import stats_gluon  # pylint: disable=g-import-not-at-top
+  (n, d), m = x.shape, y.shape[0]
+  bm, bn, bk = stats_gluon.BLOCK_M, stats_gluon.BLOCK_N, stats_gluon.BLOCK_K
+  two_sided, want_max = c.two_sided, c.want_max
+  # per row: its row tile's column partials (two-sided), and their maxima
+  rows = slab_rows(n, bm, 4 * (cdiv(m, bm) if two_sided else 1) * (2 if want_max else 1),
+                   c.config)
+  num_splits, per_split = splits(m, bn, rows // bm, c.config)
+  xb, yb, has_mask = bias_args(c.masks, cdiv(n, rows) * rows, cdiv(m, bn) * bn)
+  f32 = jnp.float32
+  scale2 = scale * LOG2E
+  shift = scale2 - BOUND_HEADROOM
+  scal = jnp.stack([scale2, shift, jnp.zeros_like(scale2)]).astype(f32)
+  thr = jnp.zeros((1,), f32) if row_thr is None else row_thr.astype(f32).reshape(-1)
+  part = lambda shape, on=True: jax.ShapeDtypeStruct(shape if on else (1,), f32)
+  out_shapes = [part((2 * num_splits, rows)), part((rows // bm, m), two_sided),
+                part((2 * num_splits, rows), want_max),
+                part((rows // bm, m), two_sided and want_max)]
+
+  def body(r0, carry):
+    sum_row, sum_col, max_row, max_col = carry
+    row_part, col_part, row_max, col_max = call(
+        stats_gluon._lse_fwd_gluon_kernel, _compat.Tiles(x, (bm, bk), gluon=True),
+        _compat.Tiles(y, (bn, bk), gluon=True), scal, thr, stack_offsets(offsets, r0), xb, yb,
+        n, m, per_split, out_shapes=out_shapes, grid=(rows // bm, num_splits), num_warps=4,
+        num_stages=1, name="memeff/lse_fwd_gluon", interpret=False, D=d,
+        ROW_THR=row_thr is not None, EXCLUDE_SELF=c.exclude_self, TWO_SIDED=two_sided,
+        HAS_MASK=has_mask, WANT_MAX=want_max)
+    sum_row = jax.lax.dynamic_update_slice(sum_row, jnp.sum(row_part, 0), (r0,))
+    if two_sided:
+      sum_col = sum_col + jnp.sum(col_part, 0)
+    if want_max:
+      max_row = jax.lax.dynamic_update_slice(max_row, jnp.max(row_max, 0) * LN2, (r0,))
+      if two_sided:
+        max_col = jnp.maximum(max_col, jnp.max(col_max, 0) * LN2)
+    return sum_row, sum_col, max_row, max_col
+
+  padded = jnp.zeros((cdiv(n, rows) * rows,), f32)
+  init = _compat.vary_like(
+      (padded, jnp.zeros((m,), f32) if two_sided else None, padded if want_max else None,
+       jnp.full((m,), -jnp.inf, f32) if two_sided and want_max else None),
+      x, y, scale, *offsets, xb, yb)
+  sum_row, sum_col, max_row, max_col = slab_loop(n, rows, body, init)
+  lse = lambda v: None if v is None else (shift + jnp.log2(v)) * LN2   # -inf: nothing kept
+  return (lse(sum_row[:n]), lse(sum_col), None if max_row is None else max_row[:n], max_col)
 
 
 def fwd_floor(scale):
