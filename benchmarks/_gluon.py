@@ -68,41 +68,38 @@ def compile_library_gradient(dtype: str, constexprs: dict) -> dict:
   """The library's Gluon gradient kernel (``grad_gluon._lse_bwd_gluon_kernel``) compiled
   by ``compile_sm90`` for ``dtype`` ("bfloat16" / "float16") inputs, its descriptors
   carrying Gluon's NVMMA layout (``_compat.Tiles(gluon=True)``)."""
-  from memeff_jax.backends.triton import grad_gluon  # pylint: disable=g-import-not-at-top
-  short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
-  k = grad_gluon.BLOCK_K
-
-  def desc(rows):
-    layout = gl.NVMMASharedLayout.get_default_for([rows, k], getattr(gl, dtype))
-    return f"tensordesc<{short}[{rows},{k}],{layout!r}>"
-
-  stats = ("scal_ptr", "lse_r_ptr", "g_r_ptr", "thr_r_ptr", "lse_c_ptr", "g_c_ptr",
-           "thr_c_ptr", "xb_ptr", "yb_ptr", "cs_ptr")
-  sig = dict(x_desc=desc(grad_gluon.BLOCK_M), y_desc=desc(grad_gluon.BLOCK_N), off_ptr="*i32",
-             n="i32", m="i32", cols_per_split="i32", dx_ptr=f"*{short}",
-             **{p: "*fp32" for p in stats})
-  ptrs = [name for name, t in sig.items() if t.startswith(("*", "tensordesc"))]
-  return compile_sm90(grad_gluon._lse_bwd_gluon_kernel, sig, ptrs, constexprs, 4, 1)
+  from memeff_jax.backends.triton import grad_gluon as g  # pylint: disable=g-import-not-at-top
+  return _compile_library(g._lse_bwd_gluon_kernel, (g.BLOCK_M, g.BLOCK_N, g.BLOCK_K), dtype,
+                          constexprs, ("lse_r_ptr", "g_r_ptr", "thr_r_ptr", "lse_c_ptr",
+                                       "g_c_ptr", "thr_c_ptr", "cs_ptr"), dict(dx_ptr=dtype))
 
 
 def compile_library_forward(dtype: str, constexprs: dict) -> dict:
-  """The library's Gluon forward kernel (``stats_gluon._lse_fwd_gluon_kernel``) compiled
-  as ``compile_library_gradient`` compiles the gradient's."""
-  from memeff_jax.backends.triton import stats_gluon  # pylint: disable=g-import-not-at-top
-  short = {"bfloat16": "bf16", "float16": "fp16"}[dtype]
-  k = stats_gluon.BLOCK_K
+  """The library's Gluon forward kernel (``stats_gluon._lse_fwd_gluon_kernel``), as
+  ``compile_library_gradient``."""
+  from memeff_jax.backends.triton import stats_gluon as g  # pylint: disable=g-import-not-at-top
+  return _compile_library(g._lse_fwd_gluon_kernel, (g.BLOCK_M, g.BLOCK_N, g.BLOCK_K), dtype,
+                          constexprs, ("thr_ptr", "row_part_ptr", "col_part_ptr", "row_max_ptr",
+                                       "col_max_ptr"), {})
+
+
+def _compile_library(kernel, blocks, dtype: str, constexprs: dict, fp32_ptrs, typed: dict):
+  """A library Gluon kernel taking (x_desc, y_desc) in [BLOCK_M | BLOCK_N, BLOCK_K] blocks,
+  off_ptr, n, m, cols_per_split, fp32 ``scal_ptr``, ``xb_ptr``, ``yb_ptr`` and
+  ``fp32_ptrs``, and ``typed`` pointers of the input dtype, compiled by ``compile_sm90``."""
+  short = {"bfloat16": "bf16", "float16": "fp16"}
+  block_m, block_n, k = blocks
 
   def desc(rows):
     layout = gl.NVMMASharedLayout.get_default_for([rows, k], getattr(gl, dtype))
-    return f"tensordesc<{short}[{rows},{k}],{layout!r}>"
+    return f"tensordesc<{short[dtype]}[{rows},{k}],{layout!r}>"
 
-  stats = ("scal_ptr", "thr_ptr", "xb_ptr", "yb_ptr", "row_part_ptr", "col_part_ptr",
-           "row_max_ptr", "col_max_ptr")
-  sig = dict(x_desc=desc(stats_gluon.BLOCK_M), y_desc=desc(stats_gluon.BLOCK_N),
-             off_ptr="*i32", n="i32", m="i32", cols_per_split="i32",
-             **{p: "*fp32" for p in stats})
+  sig = dict(x_desc=desc(block_m), y_desc=desc(block_n), off_ptr="*i32", n="i32", m="i32",
+             cols_per_split="i32",
+             **{p: "*fp32" for p in ("scal_ptr", "xb_ptr", "yb_ptr", *fp32_ptrs)},
+             **{p: f"*{short[t]}" for p, t in typed.items()})
   ptrs = [name for name, t in sig.items() if t.startswith(("*", "tensordesc"))]
-  return compile_sm90(stats_gluon._lse_fwd_gluon_kernel, sig, ptrs, constexprs, 4, 1)
+  return compile_sm90(kernel, sig, ptrs, constexprs, 4, 1)
 
 
 def ptxas(ptx: str) -> dict:

@@ -406,6 +406,18 @@ def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
   assert set(seen) == want, sorted(set(seen))
 
 
+def _stand_in_hopper(monkeypatch, record, gluon):
+  """An H100/H200 with jax-triton 0.4 (TMA descriptors; the Gluon kernels where
+  ``gluon``) stood in for: every launch goes to ``record``."""
+  monkeypatch.setattr(_compat, "triton_call", record)
+  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
+  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
+  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
+  jax.clear_caches()
+  launch.resolve_plan.cache_clear()
+
+
 @pytest.mark.parametrize("gluon", [False, True])
 def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
   # Where the Gluon Hopper kernels can be launched (stood in for here), a default training
@@ -422,13 +434,7 @@ def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
       seen.append((name, constexprs["HAS_ROW"], constexprs["HAS_COL"], tuple(tiles)))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
-  monkeypatch.setattr(_compat, "triton_call", record)
-  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
-  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
-  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
-  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
-  jax.clear_caches()
-  launch.resolve_plan.cache_clear()
+  _stand_in_hopper(monkeypatch, record, gluon)
 
   def step(fn, d, dtype=jnp.bfloat16, **kw):
     seen.clear()
@@ -461,10 +467,10 @@ def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
 @pytest.mark.parametrize("gluon", [False, True])
 def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
   # Where the Gluon Hopper kernels can be launched (stood in for here), a default step's
-  # bounded forward at d = 128 and 512 (16-bit) is stats_gluon's kernel, on 128 x 128
+  # bounded forward at d = 128, 256 and 512 (16-bit) is stats_gluon's kernel, on 128 x 128
   # tiles of 64 features through descriptors with Gluon's layout, both sides (CLIP) or
   # the rows' (LiT, Qwen3), the maxima only where the stats are asked for; the exact
-  # forward it falls back to stays the Triton kernel. None at d = 256, in fp32, for
+  # forward it falls back to stays the Triton kernel. None at d = 64 or 1024, in fp32, for
   # SigLIP, for a Matryoshka block in one launch, with fwd_gluon=False; without the
   # kernels, none. Shapes only (the launches are recorded).
   seen = []
@@ -476,13 +482,7 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
                    constexprs.get("WANT_MAX"), tiles))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
-  monkeypatch.setattr(_compat, "triton_call", record)
-  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
-  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
-  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
-  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
-  jax.clear_caches()
-  launch.resolve_plan.cache_clear()
+  _stand_in_hopper(monkeypatch, record, gluon)
 
   def step(fn, d, dtype=jnp.bfloat16, **kw):
     seen.clear()
@@ -492,7 +492,7 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
 
   on = (((128, 64), True), ((128, 64), True))
   for d, (fn, two, stats) in itertools.product(
-      (128, 512), ((mj.clip_loss, True, False), (mj.lit_loss, False, False),
+      (128, 256, 512), ((mj.clip_loss, True, False), (mj.lit_loss, False, False),
                    (mj.qwen3_loss, False, False), (mj.clip_loss_with_stats, True, True))):
     bounded = {(n, two_sided, want_max, tiles) for n, b, two_sided, want_max, tiles
                in step(fn, d) if b}
@@ -500,7 +500,7 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
         ("memeff/tile_lse_fwd", two, stats, ())}
     assert bounded == want, (d, fn, bounded)
   off = lambda got: got and all(n == "memeff/tile_lse_fwd" for n, *_ in got)
-  assert off(step(mj.clip_loss, 256))
+  assert off(step(mj.clip_loss, 64)) and off(step(mj.clip_loss, 1024))
   assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.clip_loss, 512, jnp.float32))
   assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.siglip_loss, 512))
   assert off(step(mj.clip_loss, 512, matryoshka_dims=(128, 512), matryoshka_per_dim=False))

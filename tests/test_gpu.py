@@ -529,6 +529,25 @@ def test_porting_triton(case, dtype):
   compare(fn, ref, arrays, dtype=dtype, temperature=t, **kw)
 
 
+def _gluon_case(monkeypatch, family, b, d, masked, dtype):
+  """The Gluon kernels' tests' case: the family, its arrays, the where= mask (or None),
+  the float64 reference on the kept rows, and the list the launches' names go to."""
+  fam = FAMILIES[family]
+  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
+            features(b + d, [(b, d), (b, d)], dtype))
+  w = where_mask(b, seed=3) if masked else None
+  names = []
+  call = _compat.triton_call
+  monkeypatch.setattr(_compat, "triton_call", lambda *a, **k: names.append(k["name"]) or
+                      call(*a, **k))
+  jax.clear_caches()
+
+  def ref_fn(*a, **k):
+    return fam.reference_with_stats(*(a if w is None else [v[w] for v in a]), **fam.options,
+                                    **k)[0]
+  return fam, arrays, w, ref_fn, names
+
+
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
 @pytest.mark.parametrize("b,masked", [(2085, False), (300, True)])
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16])
@@ -546,19 +565,7 @@ def test_gluon_gradient_triton(monkeypatch, family, b, masked, dtype):
   cfg = launch.TritonBackend().default_config(d, dtype)
   assert cfg.bwd.gluon
   cfg = cfg.evolve(budgets=dict(bwd_pair_max_batch=0))
-  fam = FAMILIES[family]
-  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
-            features(b + d, [(b, d), (b, d)], dtype))
-  w = where_mask(b, seed=3) if masked else None
-  names = []
-  call = _compat.triton_call
-  monkeypatch.setattr(_compat, "triton_call", lambda *a, **k: names.append(k["name"]) or
-                      call(*a, **k))
-  jax.clear_caches()
-
-  def ref_fn(*a, **k):
-    return fam.reference_with_stats(*(a if w is None else [v[w] for v in a]), **fam.options,
-                                    **k)[0]
+  fam, arrays, w, ref_fn, names = _gluon_case(monkeypatch, family, b, d, masked, dtype)
 
   compare(lambda *a, **k: fam.with_stats(*a, where=w, backend="triton", config=cfg,
                                          **fam.options, **k)[0],
@@ -567,11 +574,11 @@ def test_gluon_gradient_triton(monkeypatch, family, b, masked, dtype):
 
 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
-@pytest.mark.parametrize("d", [128, 512])
+@pytest.mark.parametrize("d", [128, 256, 512])
 @pytest.mark.parametrize("b,masked,dtype", [(2085, False, jnp.bfloat16), (300, True, jnp.float16)])
 def test_gluon_forward_triton(monkeypatch, family, d, b, masked, dtype):
-  # The bounded forward as stats_gluon's warp-specialized kernel (the defaults at d = 128
-  # and 512 where jax-triton >= 0.4 runs on Hopper): the loss and its gradients against
+  # The bounded forward as stats_gluon's warp-specialized kernel (the defaults at d = 128,
+  # 256 and 512 where jax-triton >= 0.4 runs on Hopper): the loss and its gradients against
   # the float64 reference, and with_stats' log-sum-exps of every kept row and column and
   # its in-batch accuracies (the maxima) against those of the Triton forward on the same
   # inputs (fwd_gluon=False: the same 16-bit rounding before the GEMM; only fp32 summation
@@ -582,19 +589,7 @@ def test_gluon_forward_triton(monkeypatch, family, d, b, masked, dtype):
     pytest.skip("no Gluon Hopper kernels with this GPU / jax-triton / Triton")
   cfg = launch.TritonBackend().default_config(d, dtype)
   assert cfg.fwd.gluon
-  fam = FAMILIES[family]
-  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
-            features(b + d, [(b, d), (b, d)], dtype))
-  w = where_mask(b, seed=3) if masked else None
-  names = []
-  call = _compat.triton_call
-  monkeypatch.setattr(_compat, "triton_call", lambda *a, **k: names.append(k["name"]) or
-                      call(*a, **k))
-  jax.clear_caches()
-
-  def ref_fn(*a, **k):
-    return fam.reference_with_stats(*(a if w is None else [v[w] for v in a]), **fam.options,
-                                    **k)[0]
+  fam, arrays, w, ref_fn, names = _gluon_case(monkeypatch, family, b, d, masked, dtype)
 
   run = lambda c, **k: fam.with_stats(*arrays, where=w, backend="triton", config=c,
                                       **fam.options, **k)

@@ -24,35 +24,18 @@ gradient". Shared memory: 64 + 128 + 32 KiB.
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from memeff_jax.backends.triton._common import coefficient, col_stats, row_stats
+from memeff_jax.backends.triton.stats_gluon import producer
 
 BLOCK_M = 64                   # rows a program
 BLOCK_N = 128                  # columns a tile (64 a consumer group)
 BLOCK_K = 128                  # features a chunk
 NUM_BUF = gl.constexpr(4)      # ring chunks (a whole tile: P @ y reads a tile after its S)
 NUM_P = gl.constexpr(2)        # P buffers
-
-
-@gluon.jit
-def _producer(x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi,
-              BN: gl.constexpr, BK: gl.constexpr, KCH: gl.constexpr, NB: gl.constexpr):
-  """One warp: the program's rows of x once, then each column tile's KCH chunks into the
-  ring (rows and columns past the ends load as zeros)."""
-  mbarrier.expect(x_bar, KCH * x_desc.block_type.nbytes)
-  for k in gl.static_range(KCH):
-    tma.async_load(x_desc, [row0, k * BK], x_bar, x_smem.index(k))
-  it = 0
-  for j in range(j_lo, j_hi, BN):
-    for k in gl.static_range(KCH):
-      slot = it % NB
-      mbarrier.wait(empty.index(slot), ((it // NB) & 1) ^ 1)   # fresh: passes
-      mbarrier.expect(ready.index(slot), y_desc.block_type.nbytes)
-      tma.async_load(y_desc, [j, k * BK], ready.index(slot), y_smem.index(slot))
-      it += 1
 
 
 @gluon.jit
@@ -200,6 +183,6 @@ def _lse_bwd_gluon_kernel(
                    yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, D, KCH,
                    NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS,
                    HAS_MASK, SHARED)),
-      (_producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
+      (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                    BK, KCH, NUM_BUF)),
   ], [4, 1], [240, 24])

@@ -36,10 +36,11 @@ NUM_BUF = gl.constexpr(4)      # ring chunks
 
 
 @gluon.jit
-def _producer(x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi,
-              BN: gl.constexpr, BK: gl.constexpr, KCH: gl.constexpr, NB: gl.constexpr):
+def producer(x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi,
+             BN: gl.constexpr, BK: gl.constexpr, KCH: gl.constexpr, NB: gl.constexpr):
   """One warp: the program's rows of x once, then each column tile's KCH chunks into the
-  ring (rows, columns and features past the ends load as zeros)."""
+  ring (rows, columns and features past the ends load as zeros). Both Gluon kernels'
+  (``grad_gluon``'s too)."""
   mbarrier.expect(x_bar, KCH * x_desc.block_type.nbytes)
   for k in gl.static_range(KCH):
     tma.async_load(x_desc, [row0, k * BK], x_bar, x_smem.index(k))
@@ -177,6 +178,6 @@ def _lse_fwd_gluon_kernel(
                    yb_ptr, n, m, row0, local0, j_lo, j_hi, row_part_ptr, col_part_ptr,
                    row_max_ptr, col_max_ptr, 1, BM, BN, KCH, NUM_BUF, ROW_THR, EXCLUDE_SELF,
                    TWO_SIDED, HAS_MASK, WANT_MAX)),
-      (_producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
+      (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                    BK, KCH, NUM_BUF)),
   ], [4, 1], [232, 24])
