@@ -368,6 +368,18 @@ def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cas
   assert len(shared) == len(specs) and not over, over
 
 
+def _stand_in_hopper(monkeypatch, record, *, tma=True, gluon=False):
+  """An H100/H200 stood in for, jax-triton's TMA descriptors (``tma``) and Gluon kernels
+  (``gluon``) launchable or not: every launch goes to ``record``."""
+  monkeypatch.setattr(_compat, "triton_call", record)
+  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: tma and not interpret)
+  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
+  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
+  jax.clear_caches()
+  launch.resolve_plan.cache_clear()
+
+
 @pytest.mark.parametrize("tma", [False, True])
 def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
   # With descriptors available (jax-triton >= 0.4 on Hopper, stood in for here), a
@@ -386,12 +398,7 @@ def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
                    constexprs["TMA"], constexprs["BLOCK_N"], num_stages))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
-  monkeypatch.setattr(_compat, "triton_call", record)
-  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: tma)
-  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
-  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
-  jax.clear_caches()
-  launch.resolve_plan.cache_clear()
+  _stand_in_hopper(monkeypatch, record, tma=tma)
   for fn, d in itertools.product((mj.clip_loss, mj.lit_loss, mj.qwen3_loss), (128, 256, 512)):
     step = jax.grad(lambda a, b, f=fn: f(a, b, backend="triton"), argnums=(0, 1))
     x = jax.ShapeDtypeStruct((65536, d), jnp.bfloat16)
@@ -404,18 +411,6 @@ def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
     want.add((d, bool(row), bool(col), tma and d > 128 and not (d == 512 and not row),
               *((128, 1) if rows_alone else base[d])))
   assert set(seen) == want, sorted(set(seen))
-
-
-def _stand_in_hopper(monkeypatch, record, gluon):
-  """An H100/H200 with jax-triton 0.4 (TMA descriptors; the Gluon kernels where
-  ``gluon``) stood in for: every launch goes to ``record``."""
-  monkeypatch.setattr(_compat, "triton_call", record)
-  monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: not interpret)
-  monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
-  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
-  monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
-  jax.clear_caches()
-  launch.resolve_plan.cache_clear()
 
 
 @pytest.mark.parametrize("gluon", [False, True])
@@ -434,7 +429,7 @@ def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
       seen.append((name, constexprs["HAS_ROW"], constexprs["HAS_COL"], tuple(tiles)))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
-  _stand_in_hopper(monkeypatch, record, gluon)
+  _stand_in_hopper(monkeypatch, record, gluon=gluon)
 
   def step(fn, d, dtype=jnp.bfloat16, **kw):
     seen.clear()
@@ -482,7 +477,7 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
                    constexprs.get("WANT_MAX"), tiles))
     return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
 
-  _stand_in_hopper(monkeypatch, record, gluon)
+  _stand_in_hopper(monkeypatch, record, gluon=gluon)
 
   def step(fn, d, dtype=jnp.bfloat16, **kw):
     seen.clear()
