@@ -71,7 +71,8 @@ def compile_library_gradient(dtype: str, constexprs: dict) -> dict:
   from memeff_jax.backends.triton import grad_gluon as g  # pylint: disable=g-import-not-at-top
   return _compile_library(g._lse_bwd_gluon_kernel, (g.BLOCK_M, g.BLOCK_N, g.BLOCK_K), dtype,
                           constexprs, ("lse_r_ptr", "g_r_ptr", "thr_r_ptr", "lse_c_ptr",
-                                       "g_c_ptr", "thr_c_ptr", "cs_ptr"), dict(dx_ptr=dtype))
+                                       "g_c_ptr", "thr_c_ptr", "cs_ptr", "sum_ptr", "max_ptr"),
+                          dict(dx_ptr=dtype))
 
 
 def compile_library_forward(dtype: str, constexprs: dict) -> dict:

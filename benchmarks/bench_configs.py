@@ -98,7 +98,9 @@ CANDIDATES = {
           # grad_gluon's kernel in every pass (the defaults: the rows' softmax alone), and
           # in none (the Triton kernels' tiles of jax-triton 0.4)
           dict(bwd_gluon=True), dict(bwd_row_role=RoleTiles(block_n=128, num_stages=1)),
-          dict(fwd_gluon=False), dict(fwd_gluon=True)],
+          dict(fwd_gluon=False), dict(fwd_gluon=True),
+          # a one-sided block's rows' gradient from its forward (the Gluon default), or not
+          dict(fwd_row_grad=True), dict(fwd_row_grad=False)],
     256: [dict(_tf(128, 128, 64, 4, 3), **_b(64, 64, 4, 2)),
           dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 8, 2)),
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),

@@ -28,9 +28,11 @@ VJP, for cotangents g_row / g_col (the softmax's coefficients; a reduction's
     dscale = sum_ij c_ij s_ij,         da_ik = scale * sum_j c^k_ij s^k_ij / a_ik
 
 Only O(n) residuals are saved (the inputs and the statistics), except where the
-gradient is formed in the forward pass (``_fuses``: a ``local`` reduction, the sigmoid,
-whose block the backend ``fuses``): then the unit-cotangent gradients, O(n d), are saved
-and the backward scales them (docs/math.md §12). With
+gradient is formed in the forward pass: ``_fuses`` (a ``local`` reduction, the sigmoid,
+whose block the backend ``fuses``) saves the unit-cotangent gradients of both towers,
+``_fuses_rows`` (a one-sided softmax block whose rows train, where the backend
+``fuses_rows``) the rows' one, O(n d) each, and the backward scales them
+(docs/math.md §3, §12). With
 ``symbolic_zeros`` a locked tower, a constant temperature or an unused column
 statistic skips its gradient kernels.
 """
@@ -121,19 +123,26 @@ def _op(spec: BlockSpec):
       lse_row, max_row, *unit = spec.backend.fwd_grad(block, val(scale), spec=spec,
                                                       want_cs=need.scale)
       out = (lse_row, None, max_row if spec.want_max else None, None)
-      return out, ((block, val(scale), None, None, None), need, tuple(unit))
+      return out, ((block, val(scale), None, None, None), need, tuple(unit), None)
+    if _fuses_rows(spec, need, block):
+      lse_row, max_row, *rows = ring.forward_rows(spec, block, val(scale), val(row_thr),
+                                                  need.scale)
+      out = (lse_row, None, max_row, None)
+      return out, ((block, val(scale), val(row_thr), lse_row, None), need, None, tuple(rows))
     out = ring.forward(spec, block, val(scale), val(row_thr))
     res = (block, val(scale), val(row_thr)) + out[:2]
-    return out, (res, need, None)
+    return out, (res, need, None, None)
 
   def bwd(saved, cts):
-    (block, scale, row_thr, lse_row, lse_col), need, unit = saved
+    (block, scale, row_thr, lse_row, lse_col), need, unit, rows = saved
     # The maxima's cotangents (cts[2:]) are dropped: they carry no gradient.
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
       return (None,) * 9
     if unit is not None:
       return _scaled(need, block, scale, unit, g_row)
+    if rows is not None:
+      return _rows_scaled(spec, need, block, scale, row_thr, lse_row, rows, g_row)
     residual = spec.reduction.residual
     row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
     col = None if g_col is None else Side(residual(lse_col), g_col, None)
@@ -155,6 +164,35 @@ def _fuses(spec: BlockSpec, need, block: Block, row_thr) -> bool:
   return (spec.reduction.local and spec.axis_name is None and row_thr is None
           and need.x and need.y and block.x_tab is None
           and spec.backend.fuses(block.x, block.y, spec))
+
+
+def _fuses_rows(spec: BlockSpec, need, block: Block) -> bool:
+  """Whether the rows' gradient comes from the forward (``Backend.fwd_rows``): the
+  softmax, a plain one-sided block on one device whose rows train (LiT's, Qwen3's
+  queries), where the backend offers it; not where both towers would take one paired
+  pass (``Backend.pairs``: its three GEMMs against the two of the forward's rows plus
+  two of the columns' pass)."""
+  return (spec.reduction.name == SOFTMAX.name and spec.axis_name is None and not spec.two_sided
+          and not spec.symmetric and spec.dims is None and spec.cast is None and need.x
+          and not (need.y and spec.backend.pairs(block.x, block.y, spec))
+          and spec.backend.fuses_rows(block.x, block.y, spec))
+
+
+def _rows_scaled(spec: BlockSpec, need, block: Block, scale, row_thr, lse_row, rows, g_row):
+  """The op's cotangents from ``fwd_rows``' unit-cotangent rows' gradient ``rows`` =
+  (dx, cs, l), each row's times l_i: the rows' coefficients are g_i P_ij, so row i's
+  gradient is g_i / l_i times its saved one (docs/math.md §3); the columns' gradient
+  (Qwen3's documents) is the columns' pass from the row statistics, as without it."""
+  dx, cs, l = rows
+  f32 = jnp.float32
+  f = jnp.where(l > 0, g_row.astype(f32) / jnp.where(l > 0, l, 1.0), 0.0)
+  dx_out = (f[:, None] * dx.astype(f32)).astype(block.x.dtype)
+  dscale = jnp.sum(f * cs).astype(jnp.result_type(scale)) if need.scale else None
+  dy = None
+  if need.y:
+    row = Side(spec.reduction.residual(lse_row), g_row, row_thr)
+    dy = ring.backward(spec, need._replace(x=False, scale=False), block, scale, row, None)[1]
+  return dx_out, dy, dscale, None, None, None, None, None, None
 
 
 def _scaled(need, block: Block, scale, unit, g_row):

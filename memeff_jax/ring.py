@@ -25,7 +25,7 @@ from jax import lax
 
 from memeff_jax._compat import to_varying, varying_axes
 from memeff_jax._terms import glue_dtype
-from memeff_jax.backends.base import Block
+from memeff_jax.backends.base import Block, Side
 
 
 class Need(NamedTuple):
@@ -97,6 +97,36 @@ def forward(spec, block: Block, scale, row_thr):
   if spec.axis_name is not None:
     ok = lax.pmin(ok.astype(jnp.int32), spec.axis_name) > 0
   return lax.cond(ok, lambda: out, lambda: lap(bounded=False))
+
+
+def forward_rows(spec, block: Block, scale, row_thr, want_cs):
+  """One device, a block the backend ``fuses_rows``: ``(lse_row, max_row, dx, cs, l)``
+  from ``Backend.fwd_rows`` (the row statistics and the rows' gradient for a unit
+  cotangent on every row, times l). Where it is bounded, it is checked as ``forward``
+  checks a lap; if any kept row's lse is below the floor or not finite, or a gradient
+  entry is not finite, the exact forward and the rows' gradient pass for unit
+  cotangents run instead (l = 1)."""
+  be = spec.backend
+
+  def exact():
+    lse, _, max_row, _ = _drop_max(spec, be.fwd_stats(block, scale, row_thr=row_thr,
+                                                      spec=spec, bounded=False))
+    ones = jnp.ones(lse.shape, jnp.float32)
+    unit = Side(spec.reduction.residual(lse), ones, row_thr)
+    dx, cs = be.bwd(block, scale, row=unit, col=None, spec=spec, want_cs=want_cs,
+                    out_dtype=block.x.dtype)[:2]
+    return lse, max_row, dx, cs, ones
+
+  floor = be.fwd_floor(block.x, scale, spec)
+  if floor is None:
+    return exact()
+  out = be.fwd_rows(block, scale, row_thr=row_thr, spec=spec, want_cs=want_cs)
+  good = (out[0] >= floor) & (out[0] < jnp.inf)
+  ok = jnp.all(good if block.x_mask is None else good | ~block.x_mask)
+  ok = ok & jnp.all(jnp.isfinite(out[2]))
+  # The rerun as a loop of at most one trip: a loop's state stays in place, where a
+  # lax.cond's result is a buffer of its own (the [n, d] gradient, copied).
+  return lax.while_loop(lambda c: c[0], lambda c: (False, *exact()), (~ok, *out))[1:]
 
 
 def _forward(spec, block: Block, scale, row_thr, *, bounded):

@@ -47,14 +47,14 @@ def test_every_backend_meets_the_protocol(which):
   assert isinstance(be, backends.Backend)
   hash(be)   # BlockSpec holds it and keys the cached custom_vjp
   inner = getattr(be, "inner", be)
-  for name in ("fwd_stats", "bwd", "bwd_pair", "fwd_grad"):   # the keywords _core passes
+  for name in ("fwd_stats", "bwd", "bwd_pair", "fwd_grad", "fwd_rows"):   # _core's keywords
     assert _keywords(getattr(type(inner), name)) == _keywords(getattr(backends.Backend, name))
   assert be.name == (which if which != "triton_class" else "triton")
 
 
 def test_protocol_methods_take_few_parameters():
   # A block's traced operands travel as one backends.Block (issue 35: <= ~8 parameters).
-  for name in ("default_config", "fwd_floor", "pairs", "fuses") + base.LAUNCHING:
+  for name in ("default_config", "fwd_floor", "pairs", "fuses", "fuses_rows") + base.LAUNCHING:
     assert len(_keywords(getattr(backends.Backend, name))) <= 7, name
   for name in base.LAUNCHING:
     assert list(inspect.signature(getattr(backends.Backend, name)).parameters)[1] == "block"
@@ -91,12 +91,12 @@ def test_backend_names_live_in_the_registry():
 
 
 def test_guard_wraps_the_launching_methods_read_off_the_protocol():
-  assert set(base.LAUNCHING) == {"fwd_stats", "bwd", "bwd_pair", "fwd_grad"}
+  assert set(base.LAUNCHING) == {"fwd_stats", "bwd", "bwd_pair", "fwd_grad", "fwd_rows"}
   guarded = backends.resolve("interpret")
   assert isinstance(guarded, base.FirstOrderOnly)
   for name in base.LAUNCHING:   # the guard's own methods
     assert name in vars(base.FirstOrderOnly)
-  for name in ("default_config", "fwd_floor", "pairs", "fuses"):   # the inner backend's
+  for name in ("default_config", "fwd_floor", "pairs", "fuses", "fuses_rows"):   # inner's
     assert name not in vars(base.FirstOrderOnly)
   assert guarded.default_config(16, jnp.float32) == guarded.inner.default_config(16,
                                                                                  jnp.float32)
@@ -295,3 +295,87 @@ def test_gluon_modules_compile_through_gluons_own_lowering(monkeypatch):
       binary="PTX", name="k", shared_mem_bytes=229632, ttgir="TTGIR", llir="LLIR",
       global_scratch_size=None, global_scratch_align=None, tensordesc_meta=[]))
   assert seen == [(4, 90)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _RowsInForward(BlockwiseBackend):
+  """The blockwise backend with ``fwd_rows``, as a kernel would shape it: its statistics
+  and its rows' gradient pass for unit cotangents, each row's times l_i = exp(lse_i - 3)
+  (unnormalized sums), behind a bounded forward's ``floor`` (-1e30: always exact enough;
+  1e30: never, so the exact fallback runs). The gradient passes that run (not those
+  merely traced, as a lax.cond's other branch is) are recorded in ``_RUNS``."""
+
+  floor: float = -1e30
+  name: str = "blockwise"
+
+  def fwd_floor(self, x, scale, spec):
+    return jnp.asarray(self.floor, jnp.float32)
+
+  def fuses_rows(self, x, y, spec):
+    return True
+
+  def fwd_stats(self, block, scale, *, row_thr, spec, bounded=False):   # (exact either way)
+    return super().fwd_stats(block, scale, row_thr=row_thr, spec=spec)
+
+  def fwd_rows(self, block, scale, *, row_thr, spec, want_cs):
+    lse, _, mx, _ = self.fwd_stats(block, scale, row_thr=row_thr, spec=spec)
+    unit = base.Side(spec.reduction.residual(lse), jnp.ones_like(lse), row_thr)
+    dx, cs = super().bwd(block, scale, row=unit, col=None, spec=spec, want_cs=want_cs,
+                         out_dtype=jnp.float32)
+    l = jnp.where(lse > -jnp.inf, jnp.exp(lse - 3.0), 0.0).astype(jnp.float32)
+    return (lse, mx if spec.want_max else None, (dx * l[:, None]).astype(block.x.dtype),
+            None if cs is None else cs * l, l)
+
+  def bwd(self, block, scale, *, row, col, spec, want_cs, out_dtype):
+    kind = "both" if (row is not None and col is not None) else "rows" if col is None else "cols"
+    jax.debug.callback(lambda: _RUNS.append(kind))
+    return super().bwd(block, scale, row=row, col=col, spec=spec, want_cs=want_cs,
+                       out_dtype=out_dtype)
+
+
+_RUNS = []
+
+
+@pytest.mark.parametrize("family", ["lit", "qwen3", "lit_qwen3"])
+@pytest.mark.parametrize("floor", [-1e30, 1e30], ids=["fused", "fallback"])
+def test_rows_gradient_from_the_forward(monkeypatch, family, floor):
+  # _core._fuses_rows: a backend that forms the rows' gradient in the forward
+  # (Backend.fwd_rows, unnormalized by l) gives the loss, every gradient and the stats of
+  # the float64 reference: LiT's rows, Qwen3's queries (thresholds; its documents from
+  # the columns' pass; the q-q / d-d blocks as before), where=, a learned temperature,
+  # label smoothing, tau_plus; and where the bounded check fails, the exact fallback.
+  from tests.support.check import compare
+  from tests.support.data import qwen3_batch, where_mask
+  from tests.support.families import FAMILIES
+  fam = FAMILIES[family]
+  monkeypatch.setitem(registry.FACTORIES, "blockwise", lambda: _RowsInForward(floor=floor))
+  b, d = 40, 16
+  arrays = (list(qwen3_batch(b, b, d, 3, jnp.float32)) if "qwen3" in family else
+            [jax.random.normal(k, (b, d)) for k in jax.random.split(jax.random.key(5), 2)])
+  w = where_mask(b, seed=3)
+  jax.clear_caches()
+  grad = jax.grad(lambda *a: fam.loss(*a, where=w, backend="blockwise", **fam.options),
+                  argnums=tuple(range(len(arrays))))
+  _RUNS.clear()
+  jax.block_until_ready(grad(*arrays))
+  jax.effects_barrier()
+  # No rows' pass but the fallback's; Qwen3's documents take the columns' one, its
+  # symmetric q-q / d-d blocks their own (both roles).
+  assert ("rows" in _RUNS) == (floor > 0), _RUNS
+  assert ("cols" in _RUNS) == (family == "qwen3"), _RUNS
+  compare(lambda *a, **k: fam.with_stats(*a, where=w, backend="blockwise", **fam.options,
+                                         **k)[0],
+          lambda *a, **k: fam.reference_with_stats(*[v[w] for v in a], **fam.options, **k)[0],
+          arrays, label_smoothing=0.1, tau_plus=0.05)
+  # A differentiated call's stats (lse, accuracies: from the fused forward) are those of
+  # the plain one.
+  stats = lambda: jax.grad(lambda x: fam.with_stats(
+      x, *arrays[1:], where=w, backend="blockwise", temperature=0.07, **fam.options),
+                           has_aux=True)(arrays[0])[1]
+  fused = stats()
+  monkeypatch.setitem(registry.FACTORIES, "blockwise", BlockwiseBackend)
+  jax.clear_caches()
+  plain = stats()
+  for f, p in zip(jax.tree.leaves(fused), jax.tree.leaves(plain)):
+    np.testing.assert_allclose(np.asarray(f, np.float64), np.asarray(p, np.float64),
+                               rtol=1e-6, atol=1e-6)

@@ -79,6 +79,9 @@ class Tiles:
   def fuses(self, x, y, spec):
     return False
 
+  def fuses_rows(self, x, y, spec):
+    return False
+
   def fwd_stats(self, block, scale, *, row_thr, spec, bounded=False):
     assert row_thr is None and block.x_tab is None and not bounded
     red, x, n = spec.reduction, block.x, block.x.shape[0]

@@ -7,6 +7,7 @@ static options (``_core.BlockSpec``):
 ``fwd_stats`` the row (and column) log-sum-exps and maxima, ``bwd`` the rows'
 gradient from them, ``bwd_pair`` both towers' from one pass where ``pairs`` says so,
 ``fwd_grad`` the statistics and that gradient at once where ``fuses`` says so,
+``fwd_rows`` the row statistics and the rows' gradient at once where ``fuses_rows`` says so,
 ``fwd_floor`` the lse above which a bounded forward is exact (None: exact only), and
 ``default_config`` the ``KernelConfig`` a call with ``config=None`` gets. The
 methods marked ``@launches`` run kernels; ``first_order_only`` wraps exactly those.
@@ -111,6 +112,18 @@ class Backend(Protocol):
     the same tiles, ``bwd_pair``'s gradients of both towers for a unit cotangent on
     every row, fp32 (cs where ``want_cs``, else None; csum: a biased block's rows' sums
     of c, else None)."""
+
+  def fuses_rows(self, x, y, spec) -> bool:
+    """Whether ``fwd_rows`` serves this block (``_core`` asks for a plain one-sided
+    softmax block on one device whose rows train)."""
+
+  @launches
+  def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs) -> tuple:
+    """``(lse_row, max_row, dx, cs, l)``: ``fwd_stats``'s row statistics, bounded (the
+    caller checks ``fwd_floor``), and from the same tiles the rows' gradient for a unit
+    cotangent on every row times l: ``dx_i = l_i scale sum_j P_ij y_j`` (x's dtype),
+    ``cs_i = l_i sum_j P_ij s_ij`` (fp32, None unless ``want_cs``), P the rows' softmax,
+    l fp32 [n] > 0 for every row that keeps an entry (a kernel's unnormalized sums)."""
 
   @launches
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:

@@ -143,6 +143,13 @@ class BlockwiseBackend:
   def fwd_grad(self, block: Block, scale, *, spec, want_cs):
     raise NotImplementedError("the blockwise backend has no fused gradient (fuses is False)")
 
+  def fuses_rows(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
+    return False
+
+  def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):
+    raise NotImplementedError("the blockwise backend forms no gradient in its forward "
+                              "(fuses_rows is False)")
+
   def _tile(self, spec) -> int:
     return self.tile if self.tile is not None else _config(spec).blockwise.tile
 

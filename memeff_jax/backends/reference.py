@@ -53,6 +53,13 @@ class ReferenceBackend:
   def fwd_grad(self, block: Block, scale, *, spec, want_cs):
     raise NotImplementedError("backend='reference' has no fused gradient (fuses is False)")
 
+  def fuses_rows(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
+    return False
+
+  def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):
+    raise NotImplementedError("backend='reference' forms no gradient in its forward "
+                              "(fuses_rows is False)")
+
   def dense_loss(self, oracle: Callable, arrays, *, dims, weights, axis_name, **options):
     """``(loss, stats)`` of the family's dense ``*_with_stats`` ``oracle`` on the
     validated ``arrays``: ``options`` are its keywords (``normalized_inputs``,

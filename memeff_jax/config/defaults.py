@@ -76,8 +76,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     if d_pad == 512:
       # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd, against the Triton kernels:
       # CLIP 44.8 -> 42.4 ms, LiT 27.3 -> 24.9, Qwen3 49.2 -> 44.1 (h200_gluon_roles.csv
-      # runs 0 and 3; docs/benchmarks.md "The Gluon gradient").
-      cfg = cfg.evolve(bwd=dict(gluon=True))
+      # runs 0 and 3; docs/benchmarks.md "The Gluon gradient"). The same kernel forms a
+      # one-sided block's rows' gradient in its forward (``Algorithm.fwd_row_grad``).
+      cfg = cfg.evolve(bwd=dict(gluon=True), algorithm=dict(fwd_row_grad=True))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

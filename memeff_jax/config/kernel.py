@@ -199,12 +199,18 @@ class Algorithm(_Group):
       every dim through prefix tables. Same math (docs/math.md §8). A value other than
       the backend's default still decides where the keyword is None, with a
       DeprecationWarning at the loss's call; ``default_config`` holds the default.
+    fwd_row_grad: a one-sided block whose rows train (LiT's, Qwen3's queries), on one
+      device, gets their gradient for a unit cotangent on every row from the forward's
+      own tiles (the rows' gradient kernel with the bounded shift in place of the
+      log-sum-exps: one similarity pass fewer); it is saved, O(n d), and the backward
+      scales it by the rows' cotangents (docs/math.md §3). Where the backend has that
+      kernel (the Triton backend: ``grad_gluon``'s, bfloat16); otherwise ignored.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32", "tf32x3" or
       "ieee"); 16-bit inputs ignore it.
   """
 
   _BOOLS = ("fwd_col_pass", "fwd_tiled", "fwd_bounded", "bwd_tiled", "bwd_pair",
-            "matryoshka_per_dim")
+            "matryoshka_per_dim", "fwd_row_grad")
 
   fwd_col_pass: bool = False
   fwd_tiled: bool = False
@@ -212,6 +218,7 @@ class Algorithm(_Group):
   bwd_tiled: bool = False
   bwd_pair: bool = False
   matryoshka_per_dim: bool = False
+  fwd_row_grad: bool = False
   precision: Precision = "tf32"
 
 

@@ -4,7 +4,7 @@ each block's launches follow.
 A block's plan (its configs and Matryoshka ladder) is resolved once per distinct
 (user config, dims, feature size, dtype, GPU) by ``resolve_plan`` and shared by the
 methods that launch or decide for the block (``fwd_floor``, ``fwd_stats``, ``pairs``,
-``bwd``, ``bwd_pair``, ``fuses``, ``fwd_grad``).
+``bwd``, ``bwd_pair``, ``fuses``, ``fwd_grad``, ``fuses_rows``, ``fwd_rows``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from memeff_jax import _compat
 from memeff_jax.backends.base import Block, Side
-from memeff_jax.backends.triton.backward import lse_bwd
+from memeff_jax.backends.triton.backward import fwd_rows_gluon, lse_bwd, lse_fwd_rows
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
 from memeff_jax.config import KernelConfig, default_config, matryoshka_config, paired_config
@@ -211,6 +211,28 @@ class TritonBackend:
         config=self.plan(spec, x).fused, interpret=self.interpret, masks=block.masks,
         pair=(False, f32), fwd=True)
     return lse_row, max_row, dx, cs, dy, csum
+
+  def fuses_rows(self, x, y, spec) -> bool:
+    """Whether ``fwd_rows`` serves this block: a plain one-sided softmax block of
+    bfloat16 inputs whose config asks for it (``Algorithm.fwd_row_grad``, on in the
+    Gluon defaults at d_pad = 512), bounded, where ``grad_gluon``'s kernel runs its
+    rows' pass. (Its coefficients, up to 2^BOUND_HEADROOM before the rows' sums divide
+    them out, and the gradient they sum to overflow float16, whose exact rerun would then
+    always run: float16 keeps the gradient pass.)"""
+    if not (spec.reduction.name == _SOFTMAX and spec.dims is None and not spec.two_sided
+            and not spec.symmetric and jnp.dtype(x.dtype) == jnp.bfloat16):
+      return False
+    p = self.plan(spec, x)
+    return (p.config.algorithm.fwd_row_grad and p.bounded
+            and fwd_rows_gluon(x, y, p.config) and not self.interpret)
+
+  def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):
+    """The bounded row statistics and the rows' unit-cotangent gradient from one pass
+    (``backward.lse_fwd_rows``): ``(lse_row, max_row, dx, cs, l)``."""
+    return lse_fwd_rows(block.x, block.y, scale, row_thr, block.offsets,
+                        exclude_self=spec.exclude_self, want_cs=want_cs,
+                        want_max=spec.want_max, config=self.plan(spec, block.x).config,
+                        masks=block.masks)
 
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of

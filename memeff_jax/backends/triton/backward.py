@@ -15,6 +15,7 @@ from memeff_jax import _compat
 from memeff_jax.backends.triton.call import (LN2, LOG2E, bias_args, call, cdiv, chunks,
                                              dot_precision, offsets as stack_offsets,
                                              prefix_args, slab_loop, slab_rows, splits)
+from memeff_jax.backends.triton.forward import BOUND_HEADROOM
 from memeff_jax.backends.triton.grad_bwd import (EPI_ENTRIES, _lse_bwd_kernel,
                                                  _tile_coef_bwd_kernel)
 from memeff_jax.config import KernelConfig
@@ -156,26 +157,77 @@ def _gluon_pass(x, y, coefs: Coefs, c: BwdCall) -> bool:
           and _compat.gluon_kernels(c.interpret))
 
 
-def _lse_bwd_gluon(x, y, offsets, coefs: Coefs, c: BwdCall):
+def _lse_bwd_gluon(x, y, offsets, coefs: Coefs, c: BwdCall, *, rows_fwd=False,
+                   want_max=False):
   """``(dx, cs or None)`` of one pass from ``grad_gluon._lse_bwd_gluon_kernel`` (its own
-  64 x 128 tiles; the column splits as ``_lse_bwd_fa``'s)."""
+  64 x 128 tiles; the column splits as ``_lse_bwd_fa``'s); ``rows_fwd`` (``lse_fwd_rows``):
+  also the rows' sums of c and (``want_max``) largest kept s, [n] each."""
   from memeff_jax.backends.triton import grad_gluon  # pylint: disable=g-import-not-at-top
   (n, d), m = x.shape, y.shape[0]
   bm, bn, bk = grad_gluon.BLOCK_M, grad_gluon.BLOCK_N, grad_gluon.BLOCK_K
   num_splits, per_split = splits(m, bn, cdiv(n, bm), c.config)
   f32 = jnp.float32
+  per_row = lambda want: jax.ShapeDtypeStruct((2, num_splits, n) if want else (1,), f32)
   out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), c.out_dtype if num_splits == 1 else f32),
-                jax.ShapeDtypeStruct((2, num_splits, n) if c.want_cs else (1,), f32)]
+                per_row(c.want_cs), per_row(rows_fwd), per_row(want_max)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
   flags = {k: v for k, v in coefs.flags.items() if k not in ("PRECISION", "SIGMOID")}
-  dx, cs = call(
+  dx, cs, c_sum, s_max = call(
       grad_gluon._lse_bwd_gluon_kernel, _compat.Tiles(x, (bm, bk), gluon=True),
       _compat.Tiles(y, (bn, bk), gluon=True), coefs.scal, stack_offsets(offsets),
       *coefs.side_stats, xb, yb, n, m, per_split, out_shapes=out_shapes,
-      grid=(cdiv(n, bm), num_splits), num_warps=4, num_stages=1, name="memeff/lse_bwd_gluon",
-      interpret=False, D=d, **dict(flags, WANT_CS=c.want_cs))
+      grid=(cdiv(n, bm), num_splits), num_warps=4, num_stages=1,
+      name="memeff/lse_fwd_rows_gluon" if rows_fwd else "memeff/lse_bwd_gluon",
+      interpret=False, D=d, **dict(flags, WANT_CS=c.want_cs, WANT_SUM=rows_fwd,
+                                   WANT_MAX=want_max))
   dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  return dx.astype(c.out_dtype), (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
+  out = dx.astype(c.out_dtype), (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
+  if not rows_fwd:
+    return out
+  return out + (jnp.sum(c_sum, axis=(0, 1)),
+                jnp.max(s_max, axis=(0, 1)) if want_max else None)
+
+
+def fwd_rows_gluon(x, y, config: KernelConfig) -> bool:
+  """Whether ``lse_fwd_rows`` has its kernel for these operands: ``grad_gluon``'s, where
+  a pass of the rows' softmax alone runs it (``_gluon_pass``)."""
+  coefs = Coefs((), dict(HAS_ROW=True, HAS_COL=False, SIGMOID=False), None, None)
+  return _gluon_pass(x, y, coefs, BwdCall(False, False, x.dtype, config, False))
+
+
+def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_max, config,
+                 masks=None):
+  """A one-sided block's bounded row statistics and, from the same tiles, its rows'
+  gradient for a unit cotangent on every row (``Backend.fwd_rows``):
+  ``(lse_row, max_row, dx, cs, l)`` with
+
+      c_ij = keep_ij 2^(z_ij - shift),  l_i = sum_j c_ij,  lse_row_i = (shift + log2 l_i) ln 2
+      dx_i = scale sum_j c_ij y_j,      cs_i = sum_j c_ij s_ij   (each / l_i: the unit ones)
+
+  in one pass of ``grad_gluon``'s kernel: its coefficient with every row's lse replaced
+  by the bounded forward's shift (``forward.BOUND_HEADROOM``; ``ring.forward_rows``
+  checks ``fwd_floor`` and reruns exactly). max_row: the largest kept logit (entries
+  that flush to 0 are far below it once the floor holds), or None. dx in x's dtype; l,
+  cs fp32 (cs None unless ``want_cs``); a removed or empty row has l = 0, dx = 0."""
+  f32 = jnp.float32
+  n = x.shape[0]
+  scale2 = (scale * LOG2E).astype(f32)
+  shift = scale2 - BOUND_HEADROOM
+  lse2 = jnp.full((n,), shift, f32)
+  if masks is not None:   # a removed row's softmax is empty (as lse_bwd sends it)
+    lse2 = jnp.where(masks[0], lse2, jnp.inf)
+  dummy = jnp.zeros((1,), f32)
+  thr = dummy if row_thr is None else row_thr.astype(f32).reshape(-1)
+  scal = jnp.stack([scale2, jnp.asarray(scale, f32), jnp.ones((), f32), jnp.zeros((), f32)])
+  flags = dict(HAS_MASK=masks is not None, HAS_ROW=True, HAS_COL=False,
+               ROW_THR=row_thr is not None, COL_THR=False, EXCLUDE_SELF=exclude_self,
+               SHARED=False, SIGMOID=False)
+  coefs = Coefs((lse2, jnp.ones((n,), f32), thr, dummy, dummy, dummy), flags, scal, None)
+  c = BwdCall(exclude_self, want_cs, x.dtype, config, False, masks=masks)
+  dx, cs, l, s_max = _lse_bwd_gluon(x, y, offsets, coefs, c, rows_fwd=True,
+                                    want_max=want_max)
+  lse = (shift + jnp.log2(l)) * LN2   # -inf: nothing kept
+  return lse, (None if s_max is None else s_max * scale), dx, cs, l
 
 
 @dataclasses.dataclass(frozen=True)

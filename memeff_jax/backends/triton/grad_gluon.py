@@ -16,6 +16,10 @@ A pass with the columns' softmax loads each tile's column statistics (``col_stat
 before the tile's wgmma: loaded after S, where the coefficient reads them, their latency
 stalled both groups (P is shared), tile after tile.
 
+With every row's lse replaced by the bounded forward's shift, and the rows' sums of c
+(and largest kept s) stored too, the same kernel is a one-sided block's forward that
+also forms its rows' gradient (``backward.lse_fwd_rows``, ``Algorithm.fwd_row_grad``).
+
 On an H200 (B = 65536, bf16, LiT's pass of the rows' softmax) it takes 15.1 ms against
 the Triton kernel's 19.3 (benchmarks/bench_gluon_grad.py, then ``gluon_ws_split_bn128``;
 benchmarks/results/h200_gluon_grad.csv); whole steps: docs/benchmarks.md, "The Gluon
@@ -41,15 +45,16 @@ NUM_P = gl.constexpr(2)        # P buffers
 @gluon.jit
 def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr, off_ptr,
               lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr,
-              n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr,
-              BN: gl.constexpr, BK: gl.constexpr, D: gl.constexpr, KCH: gl.constexpr,
-              NB: gl.constexpr, NP: gl.constexpr, HAS_ROW: gl.constexpr,
+              n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, CID: gl.constexpr,
+              BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, D: gl.constexpr,
+              KCH: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr, HAS_ROW: gl.constexpr,
               HAS_COL: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
               EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr, HAS_MASK: gl.constexpr,
-              SHARED: gl.constexpr):
+              SHARED: gl.constexpr, WANT_SUM: gl.constexpr, WANT_MAX: gl.constexpr):
   """Consumer warp group CID (4 warps): S for the columns [CID HALF, + HALF) of each tile,
   their coefficients into P, then dx's features [CID NOC BK, + NOC BK) += P @ y; at the
-  end dx (times scale g_max) and this group's sums of c s (times g_max)."""
+  end dx (times scale g_max), this group's sums of c s (times g_max) and (the forward's
+  rows, ``lse_fwd_rows``) its sums of c and largest s where c > 0."""
   HALF: gl.constexpr = BN // 2
   NOC: gl.constexpr = KCH // 2
   gl.static_assert(NOC == 2, "two output chunks a group (D = 4 BK)")
@@ -65,6 +70,8 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BM, HAS_ROW,
                                 ROW_THR)
   cs = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
+  c_sum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
+  s_max = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
   s = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
   acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
   acc1 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
@@ -94,6 +101,10 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
                     ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
     if WANT_CS:
       cs += gl.sum(c * s, axis=1)
+    if WANT_SUM:
+      c_sum += gl.sum(c, axis=1)
+    if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0, see lse_fwd_rows)
+      s_max = gl.maximum(s_max, gl.max(gl.where(c > 0.0, s, float("-inf")), axis=1))
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
     p_smem.index(pb).slice(CID * HALF, HALF, dim=1).store(c.to(p_smem.dtype))
@@ -117,10 +128,14 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   keep = gl.expand_dims(orows < n, 1) & gl.expand_dims(feats < D, 0)
   gl.store(at, (acc0 * out_mult).to(dx_ptr.dtype.element_ty), mask=keep)
   gl.store(at + BK, (acc1 * out_mult).to(dx_ptr.dtype.element_ty), mask=keep)
-  if WANT_CS:   # cs [2, splits, n]: this group's columns
+  per_row = (CID * gl.num_programs(1) + split) * n + rows   # [2, splits, n]: this group's
+  if WANT_CS:
     cs_mult = gl.load(scal_ptr + 2)
-    gl.store(cs_ptr + (CID * gl.num_programs(1) + split) * n + rows, cs * cs_mult,
-             mask=in_rows)
+    gl.store(cs_ptr + per_row, cs * cs_mult, mask=in_rows)
+  if WANT_SUM:
+    gl.store(sum_ptr + per_row, c_sum, mask=in_rows)
+  if WANT_MAX:
+    gl.store(max_ptr + per_row, s_max, mask=in_rows)
 
 
 @gluon.jit
@@ -139,13 +154,17 @@ def _lse_bwd_gluon_kernel(
     # output pointers
     dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
     cs_ptr,                    # [2, splits, n] fp32: g_max * sum_j c_ij s_ij, per group
+    sum_ptr,                   # [2, splits, n] fp32: sum_j c_ij, per group, if WANT_SUM
+    max_ptr,                   # [2, splits, n] fp32: max s_ij where c_ij > 0, if WANT_MAX
     # constexprs
     D: gl.constexpr, HAS_ROW: gl.constexpr, HAS_COL: gl.constexpr, ROW_THR: gl.constexpr,
     COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr,
-    HAS_MASK: gl.constexpr, SHARED: gl.constexpr,
+    HAS_MASK: gl.constexpr, SHARED: gl.constexpr, WANT_SUM: gl.constexpr = False,
+    WANT_MAX: gl.constexpr = False,
 ):
   """``_lse_bwd_kernel``'s dx and c s (no Matryoshka tables, no sigmoid) for BM rows and
-  one column split. Grid (row tiles, splits)."""
+  one column split; WANT_SUM / WANT_MAX: also the rows' sums of c and largest kept s (the
+  forward's rows, ``backward.lse_fwd_rows``). Grid (row tiles, splits)."""
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
   BN: gl.constexpr = y_desc.block_type.shape[0]
@@ -175,14 +194,14 @@ def _lse_bwd_gluon_kernel(
   gl.warp_specialize([
       (_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
-                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, D, KCH,
-                   NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS,
-                   HAS_MASK, SHARED)),
+                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, 0, BM,
+                   BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX)),
       (_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
-                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, D, KCH,
-                   NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS,
-                   HAS_MASK, SHARED)),
+                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, 1, BM,
+                   BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX)),
       (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                    BK, KCH, NUM_BUF)),
   ], [4, 1], [240, 24])
