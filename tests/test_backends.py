@@ -379,3 +379,34 @@ def test_rows_gradient_from_the_forward(monkeypatch, family, floor):
   for f, p in zip(jax.tree.leaves(fused), jax.tree.leaves(plain)):
     np.testing.assert_allclose(np.asarray(f, np.float64), np.asarray(p, np.float64),
                                rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("family,t", [("lit", 0.07), ("qwen3", 0.07), ("lit_qwen3", 0.07),
+                                      ("lit", 0.005)])
+def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
+  # Algorithm.fwd_row_grad on the Triton kernels (Triton's interpreter): the
+  # FlashAttention-shaped gradient kernel with the bounded shift for every lse also sums
+  # each row's coefficients (and the largest kept s) in the forward
+  # (backward.lse_fwd_rows); tests/support/rows_forward.py says what is checked. bf16,
+  # where=, Qwen3's thresholds and q-q / d-d blocks, a batch of several tiles; at t =
+  # 0.005 LiT's unaligned rows fall below the bounded floor and the exact rerun runs.
+  from memeff_jax.backends.triton import backward
+  from tests.support.data import qwen3_batch, where_mask
+  from tests.support.families import FAMILIES
+  from tests.support.rows_forward import check_rows_in_forward
+  fam, b, d, dtype = FAMILIES[family], 70, 32, jnp.bfloat16
+  arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
+            [jax.random.normal(k, (b, d)).astype(dtype)
+             for k in jax.random.split(jax.random.key(5), 2)])
+  w = where_mask(b, seed=3)
+  names = []
+  call = backward.call
+  monkeypatch.setattr(backward, "call", lambda *a, name, **k: names.append(name) or
+                      call(*a, name=name, **k))
+  jax.clear_caches()
+  cfg = triton_backend.TritonBackend(interpret=True).default_config(d, dtype).evolve(
+      algorithm=dict(fwd_row_grad=True, fwd_tiled=True), bwd=dict(block_m=32, block_n=32))
+  check_rows_in_forward(
+      monkeypatch, fam, arrays, w,
+      lambda *a, **k: fam.reference_with_stats(*[v[w] for v in a], **fam.options, **k)[0],
+      names, backend="interpret", cfg=cfg, t=t, dtype=dtype, rerun=t < 0.01)

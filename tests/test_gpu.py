@@ -20,6 +20,7 @@ from tests.support.data import (BOUNDED_CASES, decisive_margin, features, graded
 from tests.support.elementwise import sigmoid_softplus_errors
 from tests.support.families import FAMILIES, eager_matryoshka
 from tests.support.oracle import block_lse64, count_pairs, count_qwen3
+from tests.support.rows_forward import check_rows_in_forward
 from tests.support.tolerances import FP32, LOW
 
 pytestmark = pytest.mark.gpu
@@ -585,55 +586,21 @@ def test_gluon_rows_in_forward_triton(monkeypatch, family, b, masked, dtype, t):
   # Algorithm.fwd_row_grad (the d = 512 default where jax-triton >= 0.4 runs on Hopper): a
   # one-sided block's rows' gradient from the forward's tiles (grad_gluon's kernel with the
   # bounded shift for every lse, backward.lse_fwd_rows), scaled by the cotangents in the
-  # backward. The loss and every gradient (a learned temperature, label smoothing,
-  # tau_plus) against the float64 reference; a differentiated call's loss, with_stats' row
-  # lse and accuracies against the gradient-pass path (fwd_row_grad=False), within 1e-4
-  # (fp32 summation order). LiT's rows, Qwen3's queries (thresholds, q-q / d-d blocks as
-  # before), a batch of no whole tile, column splits (300 rows), where=. The bounded
-  # result is taken (no exact forward runs), except at t = 0.005, where LiT's unaligned
-  # rows (lse ~ 40 against a floor of ~85) take the exact rerun: its gradient then matches
-  # the gradient pass's within 1e-2 of the largest entry (one more bf16 rounding).
+  # backward (tests/support/rows_forward.py says what is checked). LiT's rows, Qwen3's
+  # queries (thresholds, q-q / d-d blocks as before), a batch of no whole tile, column
+  # splits (300 rows), where=. The bounded result is taken (no exact forward runs),
+  # except at t = 0.005, where LiT's unaligned rows (lse ~ 40 against a floor of ~85)
+  # take the exact rerun.
   if not _compat.gluon_kernels(False):
     pytest.skip("no Gluon Hopper kernels with this GPU / jax-triton / Triton")
   d = 512
   cfg = launch.TritonBackend().default_config(d, dtype)
   assert cfg.algorithm.fwd_row_grad and cfg.bwd.gluon
-  cfg = cfg.evolve(budgets=dict(bwd_pair_max_batch=0))
-  plain = cfg.evolve(algorithm=dict(fwd_row_grad=False))
   fam, arrays, w, ref_fn, names = _gluon_case(monkeypatch, family, b, d, masked, dtype)
-  runs = []   # the exact forwards that run (not merely traced)
-  fwd_stats = launch.TritonBackend.fwd_stats
-
-  def recording(self, block, scale, *, bounded=False, **k):
-    if not bounded:
-      jax.debug.callback(lambda: runs.append("exact"))
-    return fwd_stats(self, block, scale, bounded=bounded, **k)
-
-  monkeypatch.setattr(launch.TritonBackend, "fwd_stats", recording)
-  grad = lambda c: jax.grad(lambda *a: fam.loss(*a, where=w, backend="triton", config=c,
-                                                temperature=t, **fam.options),
-                            argnums=tuple(range(len(arrays))))(*arrays)
-  fused = jax.block_until_ready(grad(cfg))
-  jax.effects_barrier()
+  check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, backend="triton",
+                        cfg=cfg.evolve(budgets=dict(bwd_pair_max_batch=0)), t=t, dtype=dtype,
+                        rerun=t < 0.01)
   assert "memeff/lse_fwd_rows_gluon" in names, names
-  assert bool(runs) == (t < 0.01), runs
-  compare(lambda *a, **k: fam.with_stats(*a, where=w, backend="triton", config=cfg,
-                                         **fam.options, **k)[0],
-          ref_fn, arrays, dtype=dtype, temperature=t, label_smoothing=0.1, tau_plus=0.05)
-  # (the stats of a differentiated call: its forward is the fused one)
-  run = lambda c: jax.value_and_grad(
-      lambda x: fam.with_stats(x, *arrays[1:], where=w, backend="triton", config=c,
-                               temperature=t, **fam.options), has_aux=True)(arrays[0])[0]
-  (loss, stats), (loss_p, stats_p) = run(cfg), run(plain)
-  np.testing.assert_allclose(loss, loss_p, rtol=1e-5)
-  keep = slice(None) if w is None else w
-  np.testing.assert_allclose(np.asarray(stats.lse_row)[keep], np.asarray(stats_p.lse_row)[keep],
-                             rtol=0, atol=1e-4)
-  assert stats.accuracy_row == stats_p.accuracy_row
-  if t < 0.01:
-    for g, g_p in zip(fused, grad(plain)):
-      g, g_p = np.asarray(g, np.float64), np.asarray(g_p, np.float64)
-      assert np.max(np.abs(g - g_p)) <= 1e-2 * max(np.max(np.abs(g_p)), 1e-30)
 
 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])

@@ -204,7 +204,10 @@ class Algorithm(_Group):
       own tiles (the rows' gradient kernel with the bounded shift in place of the
       log-sum-exps: one similarity pass fewer); it is saved, O(n d), and the backward
       scales it by the rows' cotangents (docs/math.md §3). Where the backend has that
-      kernel (the Triton backend: ``grad_gluon``'s, bfloat16); otherwise ignored.
+      kernel (the Triton backend: its FlashAttention-shaped gradient, ``grad_gluon``'s
+      or ``grad_bwd``'s, for bfloat16 with the bounded forward); otherwise ignored.
+      ``default_config`` turns it on with the Gluon kernels at d_pad = 512, where it
+      was timed.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32", "tf32x3" or
       "ieee"); 16-bit inputs ignore it.
   """

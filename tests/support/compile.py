@@ -1,6 +1,7 @@
 """Compile a Triton kernel for a CUDA architecture without a GPU, as jax-triton would
 launch it (the smaller-GPU compile test; benchmarks/sass_fingerprint.py)."""
 
+import inspect
 import os
 import subprocess
 import tempfile
@@ -13,8 +14,11 @@ CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/
 
 def compile_kernel(kernel, arg_types, constexprs, warps, stages, target):
   """``kernel`` compiled for ``target`` (no GPU needed) as jax-triton launches it:
-  every array argument marked 16-byte aligned, so its loads are pipelined."""
+  every array argument marked 16-byte aligned, so its loads are pipelined; constexprs
+  not given take their defaults."""
   names = kernel.arg_names
+  constexprs = {p.name: p.default for p in kernel.params
+                if p.is_constexpr and p.default is not inspect.Parameter.empty} | constexprs
   runtime = [n for n in names if n not in constexprs]
   sig = dict(zip(runtime, arg_types)) | {k: "constexpr" for k in constexprs}
   attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in sig.items()

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 
 from memeff_jax import _compat
 from memeff_jax.backends.base import Block, Side
-from memeff_jax.backends.triton.backward import fwd_rows_gluon, lse_bwd, lse_fwd_rows
+from memeff_jax.backends.triton.backward import lse_bwd, lse_fwd_rows
 from memeff_jax.backends.triton.forward import fwd_floor, lse_fwd
 from memeff_jax.backends.triton.ladder import Ladder
 from memeff_jax.config import KernelConfig, default_config, matryoshka_config, paired_config
@@ -215,16 +215,17 @@ class TritonBackend:
   def fuses_rows(self, x, y, spec) -> bool:
     """Whether ``fwd_rows`` serves this block: a plain one-sided softmax block of
     bfloat16 inputs whose config asks for it (``Algorithm.fwd_row_grad``, on in the
-    Gluon defaults at d_pad = 512), bounded, where ``grad_gluon``'s kernel runs its
-    rows' pass. (Its coefficients, up to 2^BOUND_HEADROOM before the rows' sums divide
-    them out, and the gradient they sum to overflow float16, whose exact rerun would then
-    always run: float16 keeps the gradient pass.)"""
+    Gluon defaults at d_pad = 512), bounded, with a FlashAttention-shaped gradient (its
+    kernel, or ``grad_gluon``'s, is the pass). (Its coefficients, up to
+    2^BOUND_HEADROOM before the rows' sums divide them out, and the gradient they sum
+    to overflow float16, whose exact rerun would then always run: float16 keeps the
+    gradient pass.)"""
     if not (spec.reduction.name == _SOFTMAX and spec.dims is None and not spec.two_sided
-            and not spec.symmetric and jnp.dtype(x.dtype) == jnp.bfloat16):
+            and not spec.symmetric and jnp.dtype(x.dtype) == jnp.bfloat16
+            and y.dtype == x.dtype):
       return False
-    p = self.plan(spec, x)
-    return (p.config.algorithm.fwd_row_grad and p.bounded
-            and fwd_rows_gluon(x, y, p.config) and not self.interpret)
+    alg = self.plan(spec, x).config.algorithm
+    return alg.fwd_row_grad and self.plan(spec, x).bounded and not alg.bwd_tiled
 
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):
     """The bounded row statistics and the rows' unit-cotangent gradient from one pass
@@ -232,7 +233,7 @@ class TritonBackend:
     return lse_fwd_rows(block.x, block.y, scale, row_thr, block.offsets,
                         exclude_self=spec.exclude_self, want_cs=want_cs,
                         want_max=spec.want_max, config=self.plan(spec, block.x).config,
-                        masks=block.masks)
+                        interpret=self.interpret, masks=block.masks)
 
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype):
     """``bwd`` for the rows of x and, from the same coefficient slabs, for the rows of

@@ -189,14 +189,15 @@ def _lse_bwd_gluon(x, y, offsets, coefs: Coefs, c: BwdCall, *, rows_fwd=False,
 
 
 def fwd_rows_gluon(x, y, config: KernelConfig) -> bool:
-  """Whether ``lse_fwd_rows`` has its kernel for these operands: ``grad_gluon``'s, where
-  a pass of the rows' softmax alone runs it (``_gluon_pass``)."""
+  """Whether ``lse_fwd_rows`` runs ``grad_gluon``'s kernel for these operands: where a
+  pass of the rows' softmax alone runs it (``_gluon_pass``); else
+  ``grad_bwd._lse_bwd_kernel``."""
   coefs = Coefs((), dict(HAS_ROW=True, HAS_COL=False, SIGMOID=False), None, None)
   return _gluon_pass(x, y, coefs, BwdCall(False, False, x.dtype, config, False))
 
 
 def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_max, config,
-                 masks=None):
+                 interpret=False, masks=None):
   """A one-sided block's bounded row statistics and, from the same tiles, its rows'
   gradient for a unit cotangent on every row (``Backend.fwd_rows``):
   ``(lse_row, max_row, dx, cs, l)`` with
@@ -204,9 +205,11 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
       c_ij = keep_ij 2^(z_ij - shift),  l_i = sum_j c_ij,  lse_row_i = (shift + log2 l_i) ln 2
       dx_i = scale sum_j c_ij y_j,      cs_i = sum_j c_ij s_ij   (each / l_i: the unit ones)
 
-  in one pass of ``grad_gluon``'s kernel: its coefficient with every row's lse replaced
-  by the bounded forward's shift (``forward.BOUND_HEADROOM``; ``ring.forward_rows``
-  checks ``fwd_floor`` and reruns exactly). max_row: the largest kept logit (entries
+  in one pass of the rows' gradient kernel (``grad_gluon``'s where ``fwd_rows_gluon``,
+  else ``grad_bwd``'s FlashAttention-shaped one, as the config's tiles say): its
+  coefficient with every row's lse replaced by the bounded forward's shift
+  (``forward.BOUND_HEADROOM``; ``ring.forward_rows`` checks ``fwd_floor`` and reruns
+  exactly). max_row: the largest kept logit (entries
   that flush to 0 are far below it once the floor holds), or None. dx in x's dtype; l,
   cs fp32 (cs None unless ``want_cs``); a removed or empty row has l = 0, dx = 0."""
   f32 = jnp.float32
@@ -221,11 +224,18 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
   scal = jnp.stack([scale2, jnp.asarray(scale, f32), jnp.ones((), f32), jnp.zeros((), f32)])
   flags = dict(HAS_MASK=masks is not None, HAS_ROW=True, HAS_COL=False,
                ROW_THR=row_thr is not None, COL_THR=False, EXCLUDE_SELF=exclude_self,
-               SHARED=False, SIGMOID=False)
+               SHARED=False, SIGMOID=False, PRECISION=config.algorithm.precision)
   coefs = Coefs((lse2, jnp.ones((n,), f32), thr, dummy, dummy, dummy), flags, scal, None)
-  c = BwdCall(exclude_self, want_cs, x.dtype, config, False, masks=masks)
-  dx, cs, l, s_max = _lse_bwd_gluon(x, y, offsets, coefs, c, rows_fwd=True,
-                                    want_max=want_max)
+  c = BwdCall(exclude_self, want_cs, x.dtype, config, interpret, masks=masks)
+  if fwd_rows_gluon(x, y, config) and not interpret:
+    dx, cs, l, s_max = _lse_bwd_gluon(x, y, offsets, coefs, c, rows_fwd=True,
+                                      want_max=want_max)
+  else:
+    d = x.shape[1]
+    feats = _Features(*chunks(d, config.bwd.block_d), *chunks(d, config.bwd.block_do))
+    dx, cs, l, s_max = _lse_bwd_fa(x, y, offsets, coefs, feats, rows_fwd=True,
+                                   want_max=want_max, **c.options())
+    cs, l = (None if cs is None else cs[0]), l[0]
   lse = (shift + jnp.log2(l)) * LN2   # -inf: nothing kept
   return lse, (None if s_max is None else s_max * scale), dx, cs, l
 
@@ -242,10 +252,12 @@ class _Features:
   num_do: int = 1
 
 
-def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
+def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False,
+                want_max=False, **options):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
-  ``(dx, cs, c1)``, cs [K, n] or None, c1 (SIGMOID: the rows' sums of c) [K, n] or None.
-  ``options``: the fields of ``BwdCall``."""
+  ``(dx, cs, c1)``, cs [K, n] or None, c1 (SIGMOID, or ``rows_fwd``: the rows' sums of
+  c) [K, n] or None; ``rows_fwd`` (``lse_fwd_rows``): also the rows' largest kept s [n]
+  (``want_max``) or None. ``options``: the fields of ``BwdCall``."""
   c = BwdCall(**options)
   config, want_cs = c.config, c.want_cs
   (n, d), m = x.shape, y.shape[0]
@@ -257,10 +269,11 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
   block_do = d if feats.block_do is None else feats.block_do   # None: Matryoshka, unused
   num_splits, per_split = splits(m, bn, cdiv(n, bm) * num_do, config)
   dx_dtype = c.out_dtype if num_splits == 1 else f32
-  sigmoid = coefs.flags["SIGMOID"]
+  sums = coefs.flags["SIGMOID"] or rows_fwd
   out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((k, num_splits, n) if want_cs else (1,), f32),
-                jax.ShapeDtypeStruct((k, num_splits, n) if sigmoid else (1,), f32)]
+                jax.ShapeDtypeStruct((k, num_splits, n) if sums else (1,), f32),
+                jax.ShapeDtypeStruct((num_splits, n) if want_max else (1,), f32)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
   reuse_y = num_d == 1 and num_do == 1 and block_do == block_d
   # (block_d == d: a power-of-two feature size, rows of >= 32 bytes, no ragged tail)
@@ -268,17 +281,21 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, **options):
          and _compat.tma_descriptors(c.interpret))
   if tma:
     x, y = _compat.Tiles(x, (bm, block_d)), _compat.Tiles(y, (bn, block_d))
-  dx, cs, c1 = call(
+  dx, cs, c1, s_max = call(
       _lse_bwd_kernel, x, y, coefs.scal, stack_offsets(offsets), *coefs.side_stats, x_tab,
       y_tab, xb, yb, n, m, per_split, out_shapes=out_shapes,
       grid=(cdiv(n, bm), num_do, num_splits), num_warps=tiles.num_warps,
-      num_stages=tiles.num_stages, name="memeff/lse_bwd", interpret=c.interpret, D=d,
-      BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
+      num_stages=tiles.num_stages,
+      name="memeff/lse_fwd_rows" if rows_fwd else "memeff/lse_bwd", interpret=c.interpret,
+      D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
       REUSE_Y=reuse_y, K=k, SEGS=segs, HAS_TAB=has_tab, TMA=tma,
-      **dict(coefs.flags, WANT_CS=want_cs))
+      **dict(coefs.flags, WANT_CS=want_cs, WANT_SUM=rows_fwd, WANT_MAX=want_max))
   dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  return (dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None),
-          (jnp.sum(c1, axis=1) if sigmoid else None))
+  out = (dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None),
+         (jnp.sum(c1, axis=1) if sums else None))
+  if not rows_fwd:
+    return out
+  return out + ((jnp.max(s_max, axis=0) if want_max else None),)
 
 
 def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):

@@ -38,7 +38,8 @@ def _lse_bwd_kernel(
     # output pointers
     dx_ptr,                    # [splits, n, D]: scale * g_max * sum_j c_ij y_j
     cs_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
-    c1_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij (SIGMOID)
+    c1_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij (SIGMOID, WANT_SUM)
+    max_ptr,                   # [splits, n] fp32: max s_ij where c_ij > 0 (WANT_MAX)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr, REUSE_Y: tl.constexpr,
@@ -46,6 +47,7 @@ def _lse_bwd_kernel(
     COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, WANT_CS: tl.constexpr,
     PRECISION: tl.constexpr, HAS_MASK: tl.constexpr, K: tl.constexpr, SEGS: tl.constexpr,
     HAS_TAB: tl.constexpr, SHARED: tl.constexpr, SIGMOID: tl.constexpr, TMA: tl.constexpr,
+    WANT_SUM: tl.constexpr = False, WANT_MAX: tl.constexpr = False,
 ):
   """dx_i = scale * sum_j c_ij y_j with the softmax coefficient
 
@@ -71,12 +73,16 @@ def _lse_bwd_kernel(
   SIGMOID: the pairwise sigmoid's coefficients (``_common.coefficient``), and the rows'
   sums of c (the bias's gradient) in c1.
 
+  WANT_SUM / WANT_MAX (no tables; the forward's rows, ``backward.lse_fwd_rows``): the
+  rows' sums of c in c1 and their largest s where c > 0 in max.
+
   TMA (one feature chunk, the column tile reused, no prefix tables): x_ptr and y_ptr
   are tensor descriptors of [BLOCK_M, BLOCK_D] and [BLOCK_N, BLOCK_D] tiles, loaded
   by the copy engine (no address registers).
   """
   tl.static_assert(BLOCK_D >= 16)  # tl.dot
   tl.static_assert(not TMA or (REUSE_Y and not HAS_TAB))
+  tl.static_assert(not (HAS_TAB and (WANT_SUM or WANT_MAX)))
   pid_m = tl.program_id(0)
   pid_o = tl.program_id(1)
   pid_s = tl.program_id(2)
@@ -109,6 +115,7 @@ def _lse_bwd_kernel(
     acc = tl.zeros([BLOCK_M, BLOCK_DO], dtype=tl.float32)
     cs = tl.zeros([BLOCK_M], dtype=tl.float32)
     c1 = tl.zeros([BLOCK_M], dtype=tl.float32)
+    s_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     for j0 in range(j_lo, j_hi, BLOCK_N):
       s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
                           NUM_D, PRECISION, TMA)
@@ -121,8 +128,10 @@ def _lse_bwd_kernel(
                          SIGMOID=SIGMOID, sbias=sbias)
       if WANT_CS:
         cs += tl.sum(coef * s, 1)
-      if SIGMOID:
+      if SIGMOID or WANT_SUM:
         c1 += tl.sum(coef, 1)
+      if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0)
+        s_max = tl.maximum(s_max, tl.max(tl.where(coef > 0.0, s, float("-inf")), 1))
       if REUSE_Y:
         y_o = y_t
       else:
@@ -137,9 +146,12 @@ def _lse_bwd_kernel(
     if WANT_CS:
       if pid_o == 0:
         tl.store(cs_ptr + pid_s.to(tl.int64) * n + rows, cs * cs_mult, mask=in_rows)
-    if SIGMOID:
+    if SIGMOID or WANT_SUM:
       if pid_o == 0:
         tl.store(c1_ptr + pid_s.to(tl.int64) * n + rows, c1 * cs_mult, mask=in_rows)
+    if WANT_MAX:
+      if pid_o == 0:
+        tl.store(max_ptr + pid_s.to(tl.int64) * n + rows, s_max, mask=in_rows)
 
 
 @triton.jit
