@@ -303,7 +303,7 @@ class _RowsInForward(BlockwiseBackend):
   and its rows' gradient pass for unit cotangents, each row's times l_i = exp(lse_i - 3)
   (unnormalized sums), behind a bounded forward's ``floor`` (-1e30: always exact enough;
   1e30: never, so the exact fallback runs). The gradient passes that run (not those
-  merely traced, as a lax.cond's other branch is) are recorded in ``_RUNS``."""
+  merely traced, as the rerun's loop body is) are recorded in ``_RUNS``."""
 
   floor: float = -1e30
   name: str = "blockwise"
