@@ -58,7 +58,9 @@ CANDIDATES = {
          _b(128, 64, 8, 3), _b(256, 64, 8, 3), _b(128, 64, 4, 4), _b(128, 32, 4, 3),
          _tf(128, 256, 64, 8, 3), _tf(256, 128, 64, 8, 3), _tf(128, 128, 64, 4, 4),
          # the bounded forward as stats_gluon's kernel (jax-triton 0.4; not the default here)
-         dict(fwd_gluon=True)],
+         dict(fwd_gluon=True),
+         # a one-sided block's rows' gradient from its forward (grad_bwd's kernel here)
+         dict(fwd_row_grad=True)],
     128: [_b(128, 64, 4, 3), dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 4, 3)),
           dict(_tf(128, 128, 128, 4, 2), **_b(128, 64, 4, 3)),
           dict(_tf(128, 128, 64, 4, 4), **_b(128, 64, 4, 3)),

@@ -603,6 +603,32 @@ def test_gluon_rows_in_forward_triton(monkeypatch, family, b, masked, dtype, t):
   assert "memeff/lse_fwd_rows_gluon" in names, names
 
 
+_ROWS_TRITON_CASES = [(f, d, 2085, False, 0.07) for f in ("lit", "qwen3")
+                      for d in (64, 128, 256, 512)] + [
+    ("lit_qwen3", 128, 300, True, 0.05), ("qwen3", 256, 300, True, 0.05),
+    ("lit", 200, 700, False, 0.005)]
+
+
+@pytest.mark.parametrize("family,d,b,masked,t", _ROWS_TRITON_CASES,
+                         ids=[f"{c[0]}-d{c[1]}-{c[2]}-t{c[4]}" for c in _ROWS_TRITON_CASES])
+def test_rows_in_forward_triton_kernel(monkeypatch, family, d, b, masked, t):
+  # Algorithm.fwd_row_grad on the Triton kernels, on every stack (grad_bwd's
+  # FlashAttention-shaped kernel with the sums of c, backward.lse_fwd_rows; not
+  # grad_gluon's), bf16, each feature size on its own default tiles (TMA loads where
+  # the defaults take them): LiT's rows and Qwen3's queries (thresholds, q-q / d-d
+  # blocks) in a batch of no whole tile (2085), column splits and where= (300 rows), an
+  # unaligned feature size whose LiT rows at t = 0.005 take the exact rerun
+  # (tests/support/rows_forward.py says what is checked).
+  dtype = jnp.bfloat16
+  cfg = launch.TritonBackend().default_config(d, dtype).evolve(
+      bwd=dict(gluon=False), algorithm=dict(fwd_row_grad=True),
+      budgets=dict(bwd_pair_max_batch=0))
+  fam, arrays, w, ref_fn, names = _gluon_case(monkeypatch, family, b, d, masked, dtype)
+  check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, backend="triton",
+                        cfg=cfg, t=t, dtype=dtype, rerun=t < 0.01)
+  assert "memeff/lse_fwd_rows" in names and "memeff/lse_fwd_rows_gluon" not in names, names
+
+
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
 @pytest.mark.parametrize("d", [128, 256, 512])
 @pytest.mark.parametrize("b,masked,dtype", [(2085, False, jnp.bfloat16), (300, True, jnp.float16)])

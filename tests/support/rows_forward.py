@@ -3,6 +3,7 @@ its forward), shared by the GPU test (grad_gluon's kernel) and the CPU one (the
 FlashAttention-shaped Triton kernel under the interpreter)."""
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from memeff_jax.backends.triton import backend as launch
@@ -16,8 +17,11 @@ def check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, *, backend
   gradient (a learned temperature, label smoothing, tau_plus) against the float64
   ``ref_fn``; a differentiated call's loss, row lse and accuracies against
   fwd_row_grad=False on the same inputs (1e-5 relative; 1e-4 in the lse: fp32 summation
-  order); where ``rerun``, the gradients too, within 1e-2 of the largest entry (the
-  saved gradient's one more rounding)."""
+  order); where ``rerun``, the gradients too, within 4 eps of ``dtype`` (2^-5 for
+  bfloat16) of the largest entry: the saved gradient's one more rounding, each path's
+  own output rounding, through the normalization's backward (one eps, 2^-7, is the
+  spacing at the bottom of a binade; the interpreter shows 0.75% at d = 200, t =
+  0.005)."""
   plain = cfg.evolve(algorithm=dict(fwd_row_grad=False))
   runs = []   # the exact forwards that run (not merely traced)
   fwd_stats = launch.TritonBackend.fwd_stats
@@ -49,6 +53,8 @@ def check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, *, backend
                              rtol=0, atol=1e-4)
   assert stats.accuracy_row == stats_p.accuracy_row
   if rerun:
+    tol = 4 * float(jnp.finfo(dtype).eps)
     for g, g_p in zip(fused, grad(plain)):
       g, g_p = np.asarray(g, np.float64), np.asarray(g_p, np.float64)
-      assert np.max(np.abs(g - g_p)) <= 1e-2 * max(np.max(np.abs(g_p)), 1e-30)
+      err = np.max(np.abs(g - g_p)) / max(np.max(np.abs(g_p)), 1e-30)
+      assert err <= tol, (err, tol)

@@ -107,9 +107,13 @@ def resolve_plan(key: PlanKey) -> Plan:
     # 4096-row slabs, 31.5 ms (64 x 64 tiles, 4 warps, 2048 rows: 36.9) for 1.18 GiB;
     # B = 16384 in one slab 2.20 ms (4096 rows: 2.47)
     # (benchmarks/results/h200_siglip_chunked_tiles.csv, docs/benchmarks.md "SigLIP").
-    # Fitted as the other tiles are: fewer stages where the GPU's shared memory is less.
+    # Where the defaults count on TMA (jax-triton 0.4, Triton >= 3.7) 128 x 256 tiles:
+    # Triton 3.9 30.4 -> 28.7 and 31.0 -> 29.2 ms, Triton 3.6 30.6 -> 31.5
+    # (h200_siglip_tiles_jt04.csv). Fitted as the other tiles are: fewer stages where
+    # the GPU's shared memory is less.
     fused = fewer_stages(
-        paired.evolve(bwd=dict(block_m=128, block_n=128, num_warps=8, num_stages=3),
+        paired.evolve(bwd=dict(block_m=128, block_n=256 if key.tma else 128, num_warps=8,
+                               num_stages=3),
                       budgets=dict(slab_kib=max(2**19, paired.budgets.slab_kib))),
         lambda c: smem_bytes(c, key.d, itemsize)[1], smem_limit(key.smem_kib))
   return Plan(config=cfg, paired=paired, fused=fused, ladder=ladder, user_tiles=user_tiles)
@@ -215,7 +219,7 @@ class TritonBackend:
   def fuses_rows(self, x, y, spec) -> bool:
     """Whether ``fwd_rows`` serves this block: a plain one-sided softmax block of
     bfloat16 inputs whose config asks for it (``Algorithm.fwd_row_grad``, on in the
-    Gluon defaults at d_pad = 512), bounded, with a FlashAttention-shaped gradient (its
+    16-bit defaults at d_pad <= 512), bounded, with a FlashAttention-shaped gradient (its
     kernel, or ``grad_gluon``'s, is the pass). (Its coefficients, up to
     2^BOUND_HEADROOM before the rows' sums divide them out, and the gradient they sum
     to overflow float16, whose exact rerun would then always run: float16 keeps the
