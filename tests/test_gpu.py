@@ -456,14 +456,21 @@ def test_exact_ties_with_the_positive_are_kept_triton(lit, dims, dtype):
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("b,d,option", [(1, 16, None), (300, 72, None), (2085, 512, None),
                                         (700, 1152, None), (2085, 512, "dims"),
-                                        (300, 72, "dims"), (2085, 384, "where")])
+                                        (300, 72, "dims"), (2085, 384, "where"),
+                                        (2085, 512, "default"), (300, 200, "default")])
 def test_siglip_triton(b, d, option, dtype):
   # SigLIP's sigmoid epilogues against the float64 reference (the fused one for one
   # Matryoshka block): value and the gradients of x, y and t (compare), and the bias's
   # gradient (fp32: FP32's bound; bf16: 2x the plain bf16 formula's error + LOW's atol).
+  # "default": config=None, the backend's own tiles for this GPU and stack (16-bit: the
+  # gradient from the forward on Plan.fused's tiles, 128 x 256 where TMA is counted on;
+  # fp32: those tiles with "ieee" dots, as _cfg's, the default tf32 costing ~3 digits).
   x, y = features(b + d, [(b, d), (b, d)], dtype)
   kw = dict(bias=-5.0)
   ref, cfg = reference.siglip_loss, _cfg(d, dtype)
+  if option == "default":
+    cfg = None if dtype != jnp.float32 else launch.TritonBackend().default_config(
+        d, dtype).evolve(algorithm=dict(precision="ieee"))
   if option == "dims":
     dims = (8, 40, 72) if d == 72 else (64, 128, 256, 512)
     kw.update(matryoshka_dims=dims, matryoshka_per_dim=False)
@@ -528,6 +535,27 @@ def test_porting_triton(case, dtype):
     kw = dict(margin=0.05, use_dd_negatives=True) if family == "qwen3" else (
         dict(margin=0.05) if family == "lit_qwen3" else dict(label_smoothing=0.1))
   compare(fn, ref, arrays, dtype=dtype, temperature=t, **kw)
+
+
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "the rows' gradient formed in the forward rounds it to bfloat16 once more: 3.93e-2 "
+    "of the largest entry against the suite's 3.90e-2 (the gradient pass: 3.16e-2)"))
+def test_rows_in_forward_shared_columns_accuracy_triton():
+  # test_porting_triton's shared-column LiT-Qwen3 case (bf16, b = 2085, d = 512, 777
+  # shared columns) on the backend's default tiles where they form the rows' gradient in
+  # the forward (the Gluon defaults at d = 512, jax-triton 0.4 on Hopper): the queries'
+  # gradient misses compare's bound by 0.7% (H200, 2026-12-04; the Triton kernel with
+  # fwd_row_grad=True alike). Strict, so that the fix (the saved gradient without the
+  # positive's term, or in fp32) has to retire it.
+  cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
+  if not (cfg.algorithm.fwd_row_grad and cfg.bwd.gluon):
+    pytest.skip("the defaults here do not form the rows' gradient in the forward")
+  b, d, dtype = 2085, 512, jnp.bfloat16
+  q, doc, _ = qwen3_batch(b, b, d, 3, dtype)
+  cols = features(d, [(777, d)], dtype)[0]
+  fn = lambda *a, **k: mj.lit_qwen3_loss(*a[:2], shared_negatives=a[2], backend="triton", **k)
+  ref = lambda *a, **k: reference.lit_qwen3_loss(*a[:2], shared_negatives=a[2], **k)
+  compare(fn, ref, [q, doc, cols], dtype=dtype, temperature=0.07, margin=0.05)
 
 
 def _gluon_case(monkeypatch, family, b, d, masked, dtype):

@@ -1,0 +1,81 @@
+"""How far the rows' gradient formed in the forward (``Algorithm.fwd_row_grad``) moves
+bf16 gradients off float64, against the gradient pass, on ``test_porting_triton``'s
+shared-column cases (B = 2085, D = 512, 777 shared columns, bf16, t = 0.07): each
+gradient's error relative to its largest entry, next to compare's bound (2x the plain
+bf16 formula's error + LOW's atol; tests/support/check.py). Four configs: the plain
+default tiles (the Triton kernels) without and with ``fwd_row_grad``, and the backend's
+default (the Gluon kernels where jax-triton 0.4 runs on Hopper) with and without it.
+GPU only; one line a family and config:
+
+  python benchmarks/probe_rows_forward_accuracy.py [--out results.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import pathlib
+import sys
+
+if __package__ in (None, ""):   # run as a file
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import memeff_jax as mj
+from memeff_jax import reference
+from memeff_jax.backends.triton import backend as launch
+from memeff_jax.config import default_config
+from tests.support.check import _value_and_grads
+from tests.support.data import features, qwen3_batch
+from tests.support.tolerances import LOW, grad_err
+
+OPTIONS = {"lit_qwen3": dict(margin=0.05), "qwen3": dict(margin=0.05, use_dd_negatives=True),
+           "lit": dict(label_smoothing=0.1)}
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser()
+  p.add_argument("--out", default=None)
+  a = p.parse_args(argv)
+  b, d, dtype, t = 2085, 512, jnp.bfloat16, 0.07
+  q, doc, _ = qwen3_batch(b, b, d, 3, dtype)
+  arrays = [q, doc, features(d, [(777, d)], dtype)[0]]
+  plain = default_config(d, dtype)
+  back = launch.TritonBackend().default_config(d, dtype)
+  cfgs = {"plain": plain, "plain+rows": plain.evolve(algorithm=dict(fwd_row_grad=True)),
+          "backend": back, "backend-rows": back.evolve(algorithm=dict(fwd_row_grad=False))}
+  rows = []
+  for family, kw in OPTIONS.items():
+    ref = lambda *v, f=family, **k: getattr(reference, f"{f}_loss")(
+        *v[:2], shared_negatives=v[2], **k)
+    with jax.enable_x64(True):
+      to64 = lambda v: jnp.asarray(np.asarray(v, np.float64))
+      _, want = _value_and_grads(ref, [to64(v.astype(jnp.float32)) for v in arrays],
+                                 jnp.float64(t), kw)
+    _, low = _value_and_grads(ref, arrays, jnp.float32(t), kw)
+    tols = [2 * grad_err(g, r) + LOW[jnp.dtype(dtype)][1] for g, r in zip(low, want)]
+    for name, cfg in cfgs.items():
+      fn = lambda *v, c=cfg, f=family, **k: getattr(mj, f"{f}_loss")(
+          *v[:2], shared_negatives=v[2], backend="triton", config=c, **k)
+      _, got = _value_and_grads(fn, arrays, jnp.float32(t), kw)
+      errs = [grad_err(g, r) for g, r in zip(got, want)]
+      row = dict(family=family, config=name, fwd_row_grad=cfg.algorithm.fwd_row_grad,
+                 gluon=cfg.bwd.gluon, **{f"err{i}": e for i, e in enumerate(errs)},
+                 **{f"bound{i}": tl for i, tl in enumerate(tols)})
+      rows.append(row)
+      print("DIAG", family, name, "rows" if row["fwd_row_grad"] else "pass",
+            "gluon" if row["gluon"] else "triton",
+            " ".join(f"g{i} {e:.5f}/{tl:.5f}{' OVER' if e > tl else ''}"
+                     for i, (e, tl) in enumerate(zip(errs, tols))), flush=True)
+  if a.out:
+    with open(a.out, "w", newline="") as f:
+      w = csv.DictWriter(f, fieldnames=list(rows[0]))
+      w.writeheader()
+      w.writerows(rows)
+
+
+if __name__ == "__main__":
+  main()
