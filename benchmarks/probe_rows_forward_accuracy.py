@@ -2,7 +2,7 @@
 bf16 gradients off float64, against the gradient pass, on ``test_porting_triton``'s
 shared-column cases (B = 2085, D = 512, 777 shared columns, bf16, t = 0.07): each
 gradient's error relative to its largest entry, next to compare's bound (2x the plain
-bf16 formula's error + LOW's atol; tests/support/check.py). Four configs: the plain
+bf16 formula's error + LOW's atol; check.low_grad_bounds). Four configs: the plain
 default tiles (the Triton kernels) without and with ``fwd_row_grad``, and the backend's
 default (the Gluon kernels where jax-triton 0.4 runs on Hopper) with and without it.
 GPU only; one line a family and config:
@@ -24,16 +24,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-import memeff_jax as mj
-from memeff_jax import reference
 from memeff_jax.backends.triton import backend as launch
 from memeff_jax.config import default_config
-from tests.support.check import _value_and_grads
-from tests.support.data import features, qwen3_batch
-from tests.support.tolerances import LOW, grad_err
-
-OPTIONS = {"lit_qwen3": dict(margin=0.05), "qwen3": dict(margin=0.05, use_dd_negatives=True),
-           "lit": dict(label_smoothing=0.1)}
+from tests.support.check import _value_and_grads, low_grad_bounds
+from tests.support.families import shared_columns_case, shared_columns_loss
+from tests.support.tolerances import grad_err
 
 
 def main(argv=None):
@@ -41,26 +36,22 @@ def main(argv=None):
   p.add_argument("--out", default=None)
   a = p.parse_args(argv)
   b, d, dtype, t = 2085, 512, jnp.bfloat16, 0.07
-  q, doc, _ = qwen3_batch(b, b, d, 3, dtype)
-  arrays = [q, doc, features(d, [(777, d)], dtype)[0]]
   plain = default_config(d, dtype)
   back = launch.TritonBackend().default_config(d, dtype)
   cfgs = {"plain": plain, "plain+rows": plain.evolve(algorithm=dict(fwd_row_grad=True)),
           "backend": back, "backend-rows": back.evolve(algorithm=dict(fwd_row_grad=False))}
   rows = []
-  for family, kw in OPTIONS.items():
-    ref = lambda *v, f=family, **k: getattr(reference, f"{f}_loss")(
-        *v[:2], shared_negatives=v[2], **k)
+  for family in ("lit_qwen3", "qwen3", "lit"):
+    ref, arrays, kw = shared_columns_case(family, b, d, dtype)
     with jax.enable_x64(True):
       to64 = lambda v: jnp.asarray(np.asarray(v, np.float64))
       _, want = _value_and_grads(ref, [to64(v.astype(jnp.float32)) for v in arrays],
                                  jnp.float64(t), kw)
     _, low = _value_and_grads(ref, arrays, jnp.float32(t), kw)
-    tols = [2 * grad_err(g, r) + LOW[jnp.dtype(dtype)][1] for g, r in zip(low, want)]
+    tols = low_grad_bounds(low, want, dtype, [1e-6] * len(want))
     for name, cfg in cfgs.items():
-      fn = lambda *v, c=cfg, f=family, **k: getattr(mj, f"{f}_loss")(
-          *v[:2], shared_negatives=v[2], backend="triton", config=c, **k)
-      _, got = _value_and_grads(fn, arrays, jnp.float32(t), kw)
+      _, got = _value_and_grads(shared_columns_loss(family, cfg), arrays,
+                                jnp.float32(t), kw)
       errs = [grad_err(g, r) for g, r in zip(got, want)]
       row = dict(family=family, config=name, fwd_row_grad=cfg.algorithm.fwd_row_grad,
                  gluon=cfg.bwd.gluon, **{f"err{i}": e for i, e in enumerate(errs)},

@@ -18,7 +18,8 @@ from tests.support.check import compare
 from tests.support.data import (BOUNDED_CASES, decisive_margin, features, graded_rows,
                                 qwen3_batch, where_mask, with_exact_ties)
 from tests.support.elementwise import sigmoid_softplus_errors
-from tests.support.families import FAMILIES, eager_matryoshka
+from tests.support.families import (FAMILIES, eager_matryoshka, shared_columns_case,
+                                     shared_columns_loss)
 from tests.support.oracle import block_lse64, count_pairs, count_qwen3
 from tests.support.rows_forward import check_rows_in_forward
 from tests.support.tolerances import FP32, LOW
@@ -504,7 +505,6 @@ def test_porting_triton(case, dtype):
   # to sentence-transformers itself).
   b, d = (700, 384) if dtype == jnp.float32 else (2085, 512)
   q, doc, h = qwen3_batch(b, b, d, 3, dtype)
-  cols = features(d, [(777, d)], dtype)[0]
   qwen3 = lambda *a, **k: mj.qwen3_loss(*a, backend="triton", config=_cfg(d, dtype), **k)
   kw, arrays, fn, ref, t = {}, [q, doc, h], qwen3, reference.qwen3_loss, 0.07
   if case == "st_joint":
@@ -527,13 +527,8 @@ def test_porting_triton(case, dtype):
     ref = eager_matryoshka(reference.qwen3_loss_with_stats, dims, (1.0,) * 4, **own)
   else:
     family = case.removeprefix("shared_")
-    fn = lambda *a, **k: getattr(mj, f"{family}_loss")(
-        *a[:2], shared_negatives=a[2], backend="triton", config=_cfg(d, dtype), **k)
-    ref = lambda *a, **k: getattr(reference, f"{family}_loss")(*a[:2], shared_negatives=a[2],
-                                                                  **k)
-    arrays = [q, doc, cols]
-    kw = dict(margin=0.05, use_dd_negatives=True) if family == "qwen3" else (
-        dict(margin=0.05) if family == "lit_qwen3" else dict(label_smoothing=0.1))
+    ref, arrays, kw = shared_columns_case(family, b, d, dtype)
+    fn = shared_columns_loss(family, _cfg(d, dtype))
   compare(fn, ref, arrays, dtype=dtype, temperature=t, **kw)
 
 
@@ -550,17 +545,15 @@ def test_rows_in_forward_shared_columns_accuracy_triton():
   cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
   if not (cfg.algorithm.fwd_row_grad and cfg.bwd.gluon):
     pytest.skip("the defaults here do not form the rows' gradient in the forward")
-  b, d, dtype = 2085, 512, jnp.bfloat16
-  q, doc, _ = qwen3_batch(b, b, d, 3, dtype)
-  cols = features(d, [(777, d)], dtype)[0]
-  fn = lambda *a, **k: mj.lit_qwen3_loss(*a[:2], shared_negatives=a[2], backend="triton", **k)
-  ref = lambda *a, **k: reference.lit_qwen3_loss(*a[:2], shared_negatives=a[2], **k)
-  compare(fn, ref, [q, doc, cols], dtype=dtype, temperature=0.07, margin=0.05)
+  ref, arrays, kw = shared_columns_case("lit_qwen3", 2085, 512, jnp.bfloat16)
+  compare(shared_columns_loss("lit_qwen3"), ref, arrays, dtype=jnp.bfloat16,
+          temperature=0.07, **kw)
 
 
 def _gluon_case(monkeypatch, family, b, d, masked, dtype):
-  """The Gluon kernels' tests' case: the family, its arrays, the where= mask (or None),
-  the float64 reference on the kept rows, and the list the launches' names go to."""
+  """The Gluon kernels' and the rows-in-the-forward tests' case: the family, its arrays,
+  the where= mask (or None), the float64 reference on the kept rows, and the list the
+  launches' names go to."""
   fam = FAMILIES[family]
   arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
             features(b + d, [(b, d), (b, d)], dtype))

@@ -26,6 +26,13 @@ def _value_and_grads(f, arrays, t, kwargs, check_dtypes=False):
   return np.asarray(val, np.float64), [np.asarray(v, np.float64) for v in grads]
 
 
+def low_grad_bounds(low, want, dtype, floors):
+  """compare's bound on each 16-bit gradient: 2x the error of the plain 16-bit version's
+  (``low``, against the float64 ``want``) plus LOW's atol."""
+  atol = LOW[jnp.dtype(dtype)][1]
+  return [2 * grad_err(a, r, f) + atol for a, r, f in zip(low, want, floors)]
+
+
 def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_floor=1e-6,
             **kwargs):
   """Assert fn(*arrays, temperature=t, **kwargs) matches ref_fn in value and gradients.
@@ -53,9 +60,8 @@ def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_flo
     v_tol, g_tols = FP32[0], [FP32[1]] * (n + 1)
   else:   # the plain 16-bit version's own error sets the bound
     lp_val, lp_grads = _value_and_grads(ref_fn, arrays, jnp.float32(temperature), kwargs)
-    v_atol, g_atol = LOW[jnp.dtype(dtype)]
-    v_tol = 2 * rel_err(lp_val, ref_val) + v_atol
-    g_tols = [2 * grad_err(a, r, f) + g_atol for a, r, f in zip(lp_grads, ref_grads, floors)]
+    v_tol = 2 * rel_err(lp_val, ref_val) + LOW[jnp.dtype(dtype)][0]
+    g_tols = low_grad_bounds(lp_grads, ref_grads, dtype, floors)
   v_err = rel_err(val, ref_val)
   assert np.isfinite(val) and v_err <= v_tol, ("value", float(val), float(ref_val), v_err, v_tol)
   errs = []

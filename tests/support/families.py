@@ -4,6 +4,7 @@ from typing import Any, Callable, NamedTuple
 
 import memeff_jax as mj
 from memeff_jax import reference
+from tests.support.data import features, qwen3_batch
 
 
 class Family(NamedTuple):
@@ -50,3 +51,27 @@ def eager_matryoshka(ref, dims, weights, **kw):
     del normalized_inputs   # unit inputs: their prefixes are renormalized either way
     return mj.matryoshka(lambda *b, **c: ref(*b, **c)[0], dims, weights)(*a, **kw, **k)
   return loss
+
+
+# The options each family's shared-column case runs with (test_porting_triton).
+SHARED_OPTIONS = {"clip": dict(label_smoothing=0.1), "lit": dict(label_smoothing=0.1),
+                  "qwen3": dict(margin=0.05, use_dd_negatives=True),
+                  "lit_qwen3": dict(margin=0.05)}
+
+
+def shared_columns_case(family, b, d, dtype):
+  """The GPU tests' shared-column case of ``family``: ``(ref, arrays, options)``: the
+  dense reference, its queries and documents from ``qwen3_batch`` (seed b, 3 hard
+  negatives drawn and unused) with 777 shared columns, and ``SHARED_OPTIONS``."""
+  q, doc, _ = qwen3_batch(b, b, d, 3, dtype)
+  arrays = [q, doc, features(d, [(777, d)], dtype)[0]]
+  ref = lambda *a, **k: getattr(reference, f"{family}_loss")(*a[:2], shared_negatives=a[2],
+                                                                **k)
+  return ref, arrays, SHARED_OPTIONS[family]
+
+
+def shared_columns_loss(family, config=None):
+  """``family``'s loss on ``shared_columns_case``'s arrays, on the Triton backend with
+  ``config`` (None: the backend's own tiles)."""
+  return lambda *a, **k: getattr(mj, f"{family}_loss")(
+      *a[:2], shared_negatives=a[2], backend="triton", config=config, **k)
