@@ -67,12 +67,14 @@ def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int)
 def compile_library_gradient(dtype: str, constexprs: dict) -> dict:
   """The library's Gluon gradient kernel (``grad_gluon._lse_bwd_gluon_kernel``) compiled
   by ``compile_sm90`` for ``dtype`` ("bfloat16" / "float16") inputs, its descriptors
-  carrying Gluon's NVMMA layout (``_compat.Tiles(gluon=True)``)."""
+  carrying Gluon's NVMMA layout (``_compat.Tiles(gluon=True)``); dx in float16 where
+  SCALED (the forward's rows)."""
   from memeff_jax.backends.triton import grad_gluon as g  # pylint: disable=g-import-not-at-top
   return _compile_library(g._lse_bwd_gluon_kernel, (g.BLOCK_M, g.BLOCK_N, g.BLOCK_K), dtype,
                           constexprs, ("lse_r_ptr", "g_r_ptr", "thr_r_ptr", "lse_c_ptr",
-                                       "g_c_ptr", "thr_c_ptr", "cs_ptr", "sum_ptr", "max_ptr"),
-                          dict(dx_ptr=dtype))
+                                       "g_c_ptr", "thr_c_ptr", "cs_ptr", "sum_ptr", "max_ptr",
+                                       "big_ptr"),
+                          dict(dx_ptr="float16" if constexprs.get("SCALED") else dtype))
 
 
 def compile_library_forward(dtype: str, constexprs: dict) -> dict:

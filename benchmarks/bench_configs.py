@@ -59,8 +59,8 @@ CANDIDATES = {
          _tf(128, 256, 64, 8, 3), _tf(256, 128, 64, 8, 3), _tf(128, 128, 64, 4, 4),
          # the bounded forward as stats_gluon's kernel (jax-triton 0.4; not the default here)
          dict(fwd_gluon=True),
-         # a one-sided block's rows' gradient from its forward (grad_bwd's kernel here)
-         dict(fwd_row_grad=True)],
+         # a one-sided block's rows' gradient as a pass, not from its forward (the default)
+         dict(fwd_row_grad=False)],
     128: [_b(128, 64, 4, 3), dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 4, 3)),
           dict(_tf(128, 128, 128, 4, 2), **_b(128, 64, 4, 3)),
           dict(_tf(128, 128, 64, 4, 4), **_b(128, 64, 4, 3)),
@@ -83,8 +83,8 @@ CANDIDATES = {
           dict(fwd_col_pass=True),
           # the bounded forward as stats_gluon's kernel, or the Triton one (jax-triton 0.4)
           dict(fwd_gluon=False), dict(fwd_gluon=True),
-          # a one-sided block's rows' gradient from its forward (grad_bwd's kernel here)
-          dict(fwd_row_grad=True)],
+          # a one-sided block's rows' gradient as a pass, not from its forward (the default)
+          dict(fwd_row_grad=False)],
     512: [_tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 4, 2), _tf(128, 128, 128, 4, 2),
           _b(64, 64, 8, 2), _b(64, 32, 8, 2),
           _tf(128, 128, 64, 8, 3), _tf(128, 128, 64, 8, 4), _tf(128, 256, 64, 8, 3),
@@ -110,7 +110,7 @@ CANDIDATES = {
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),
           _b(64, 32, 4, 3), _b(128, 64, 8, 2), _b(128, 32, 8, 2), dict(bwd_tma=True),
           dict(bwd_tma=False), dict(fwd_gluon=False), dict(fwd_gluon=True),
-          dict(fwd_row_grad=True)],
+          dict(fwd_row_grad=False)],
     1024: [_tf(128, 128, 64, 4, 3), _tb(128, 128, 64, 8, 3),
            _tb(64, 128, 64, 4, 4, slab_kib=131072),
            _tb(128, 64, 64, 4, 4), dict(bwd_pair=False), dict(fwd_gluon=False),

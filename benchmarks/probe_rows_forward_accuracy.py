@@ -38,8 +38,9 @@ def main(argv=None):
   b, d, dtype, t = 2085, 512, jnp.bfloat16, 0.07
   plain = default_config(d, dtype)
   back = launch.TritonBackend().default_config(d, dtype)
-  cfgs = {"plain": plain, "plain+rows": plain.evolve(algorithm=dict(fwd_row_grad=True)),
-          "backend": back, "backend-rows": back.evolve(algorithm=dict(fwd_row_grad=False))}
+  with_rows = lambda cfg, on: cfg.evolve(algorithm=dict(fwd_row_grad=on))
+  cfgs = {"plain-rows": with_rows(plain, False), "plain+rows": with_rows(plain, True),
+          "backend-rows": with_rows(back, False), "backend+rows": with_rows(back, True)}
   rows = []
   for family in ("lit_qwen3", "qwen3", "lit"):
     ref, arrays, kw = shared_columns_case(family, b, d, dtype)

@@ -49,7 +49,7 @@ from jax.custom_derivatives import SymbolicZero
 
 from memeff_jax import ring
 from memeff_jax._reduction import SOFTMAX, Reduction
-from memeff_jax.backends.base import Block, Side
+from memeff_jax.backends.base import Block, Side, unscale_rows
 from memeff_jax.config import KernelConfig
 
 
@@ -180,13 +180,15 @@ def _fuses_rows(spec: BlockSpec, need, block: Block) -> bool:
 
 def _rows_scaled(spec: BlockSpec, need, block: Block, scale, row_thr, lse_row, rows, g_row):
   """The op's cotangents from ``fwd_rows``' unit-cotangent rows' gradient ``rows`` =
-  (dx, cs, l), each row's times l_i: the rows' coefficients are g_i P_ij, so row i's
-  gradient is g_i / l_i times its saved one (docs/math.md §3); the columns' gradient
-  (Qwen3's documents) is the columns' pass from the row statistics, as without it."""
-  dx, cs, l = rows
+  (dx, dx_big, cs, l), each row's times l_i: the rows' coefficients are g_i P_ij, so row
+  i's gradient is g_i / l_i times its saved one (docs/math.md §3), rounded to x's dtype
+  once here (the saved one is float16 by row scales, ``backends.base.scale_rows``); the
+  columns' gradient (Qwen3's documents) is the columns' pass from the row statistics, as
+  without it."""
+  dx, dx_big, cs, l = rows
   f32 = jnp.float32
   f = jnp.where(l > 0, g_row.astype(f32) / jnp.where(l > 0, l, 1.0), 0.0)
-  dx_out = (f[:, None] * dx.astype(f32)).astype(block.x.dtype)
+  dx_out = (f[:, None] * unscale_rows(dx, dx_big)).astype(block.x.dtype)
   dscale = jnp.sum(f * cs).astype(jnp.result_type(scale)) if need.scale else None
   dy = None
   if need.y:

@@ -25,7 +25,7 @@ from jax import lax
 
 from memeff_jax._compat import to_varying, varying_axes
 from memeff_jax._terms import glue_dtype
-from memeff_jax.backends.base import Block, Side
+from memeff_jax.backends.base import Block, Side, rows_dtype
 
 
 class Need(NamedTuple):
@@ -100,22 +100,27 @@ def forward(spec, block: Block, scale, row_thr):
 
 
 def forward_rows(spec, block: Block, scale, row_thr, want_cs):
-  """One device, a block the backend ``fuses_rows``: ``(lse_row, max_row, dx, cs, l)``
-  from ``Backend.fwd_rows`` (the row statistics and the rows' gradient for a unit
+  """One device, a block the backend ``fuses_rows``: ``(lse_row, max_row, dx, dx_big, cs,
+  l)`` from ``Backend.fwd_rows`` (the row statistics and the rows' gradient for a unit
   cotangent on every row, times l). Where it is bounded, it is checked as ``forward``
   checks a lap; if any kept row's lse is below the floor or not finite, or a gradient
-  entry is not finite, the exact forward and the rows' gradient pass for unit
-  cotangents run instead (l = 1)."""
+  entry is not finite, the exact forward and the rows' gradient pass run instead (l = 1)
+  with cotangents 1 / (scale max |y|), so that it writes the saved dtype at once (no
+  entry of the unit gradient passes scale max |y|; no [n, d] buffer but the saved one),
+  and that scale for each of the backend's ``chunks``."""
   be = spec.backend
 
-  def exact():
+  def exact(chunks=1):
     lse, _, max_row, _ = _drop_max(spec, be.fwd_stats(block, scale, row_thr=row_thr,
                                                       spec=spec, bounded=False))
     ones = jnp.ones(lse.shape, jnp.float32)
-    unit = Side(spec.reduction.residual(lse), ones, row_thr)
+    big = jnp.asarray(scale, jnp.float32) * jnp.max(jnp.abs(block.y)).astype(jnp.float32)
+    big = jnp.where((big > 0) & (big < jnp.inf), big, 1.0)
+    unit = Side(spec.reduction.residual(lse), ones / big, row_thr)
     dx, cs = be.bwd(block, scale, row=unit, col=None, spec=spec, want_cs=want_cs,
-                    out_dtype=block.x.dtype)[:2]
-    return lse, max_row, dx, cs, ones
+                    out_dtype=rows_dtype(block.x.dtype))[:2]
+    return (lse, max_row, dx, jnp.full((lse.shape[0], chunks), big),
+            None if cs is None else cs * big, ones)
 
   floor = be.fwd_floor(block.x, scale, spec)
   if floor is None:
@@ -123,10 +128,11 @@ def forward_rows(spec, block: Block, scale, row_thr, want_cs):
   out = be.fwd_rows(block, scale, row_thr=row_thr, spec=spec, want_cs=want_cs)
   good = (out[0] >= floor) & (out[0] < jnp.inf)
   ok = jnp.all(good if block.x_mask is None else good | ~block.x_mask)
-  ok = ok & jnp.all(jnp.isfinite(out[2]))
+  ok = ok & jnp.all(jnp.isfinite(out[2])) & jnp.all(jnp.isfinite(out[3]))
   # The rerun as a loop of at most one trip: a loop's state stays in place, where a
   # lax.cond's result is a buffer of its own (the [n, d] gradient, copied).
-  return lax.while_loop(lambda c: c[0], lambda c: (False, *exact()), (~ok, *out))[1:]
+  return lax.while_loop(lambda c: c[0], lambda c: (False, *exact(out[3].shape[1])),
+                        (~ok, *out))[1:]
 
 
 def _forward(spec, block: Block, scale, row_thr, *, bounded):

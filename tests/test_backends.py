@@ -297,6 +297,32 @@ def test_gluon_modules_compile_through_gluons_own_lowering(monkeypatch):
   assert seen == [(4, 90)]
 
 
+@pytest.mark.parametrize("d,chunks", [(200, 4), (512, 2), (96, 1), (33, 3)])
+def test_saved_rows_gradient_round_trips(d, chunks):
+  # backends.base.scale_rows / unscale_rows, the form a rows' gradient formed in the
+  # forward is saved in: float16 for 16-bit inputs, each row over its largest magnitude
+  # (1 for a zero row), back to fp32 within float16's rounding (2^-11 of the row's
+  # largest entry); a kernel's chunk scales (chunk k: features [k w, (k + 1) w), w the
+  # power of two >= d / chunks, the last chunk ragged) against an independent loop.
+  rng = np.random.default_rng(d)
+  dx = rng.standard_normal((6, d)).astype(np.float32) * np.float32(10.0) ** rng.integers(
+      -30, 30, (6, 1))
+  dx[2] = 0.0
+  u, big = base.scale_rows(jnp.asarray(dx), jnp.bfloat16)
+  assert u.dtype == jnp.float16 and big.shape == (6, 1)
+  back = np.asarray(base.unscale_rows(u, big))
+  top = np.abs(dx).max(axis=1, keepdims=True)
+  assert np.all(np.abs(back - dx) <= 2.0 ** -11 * top)
+  assert base.scale_rows(jnp.asarray(dx), jnp.float32)[0].dtype == jnp.float32
+  width = 1 << (-(-d // chunks) - 1).bit_length()
+  scales = rng.uniform(0.5, 4.0, (6, chunks)).astype(np.float32)
+  want = np.empty((6, d), np.float32)
+  for f in range(d):
+    want[:, f] = dx[:, f] * scales[:, f // width]
+  np.testing.assert_allclose(base.unscale_rows(jnp.asarray(dx), jnp.asarray(scales)), want,
+                             rtol=1e-6)
+
+
 @dataclasses.dataclass(frozen=True)
 class _RowsInForward(BlockwiseBackend):
   """The blockwise backend with ``fwd_rows``, as a kernel would shape it: its statistics
@@ -323,7 +349,7 @@ class _RowsInForward(BlockwiseBackend):
     dx, cs = super().bwd(block, scale, row=unit, col=None, spec=spec, want_cs=want_cs,
                          out_dtype=jnp.float32)
     l = jnp.where(lse > -jnp.inf, jnp.exp(lse - 3.0), 0.0).astype(jnp.float32)
-    return (lse, mx if spec.want_max else None, (dx * l[:, None]).astype(block.x.dtype),
+    return (lse, mx if spec.want_max else None, *base.scale_rows(dx * l[:, None], block.x.dtype),
             None if cs is None else cs * l, l)
 
   def bwd(self, block, scale, *, row, col, spec, want_cs, out_dtype):
@@ -388,8 +414,10 @@ def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
   # FlashAttention-shaped gradient kernel with the bounded shift for every lse also sums
   # each row's coefficients (and the largest kept s) in the forward
   # (backward.lse_fwd_rows); tests/support/rows_forward.py says what is checked. bf16,
-  # where=, Qwen3's thresholds and q-q / d-d blocks, a batch of several tiles; at t =
-  # 0.005 LiT's unaligned rows fall below the bounded floor and the exact rerun runs.
+  # where=, Qwen3's thresholds and q-q / d-d blocks, a batch of several tiles, two
+  # feature chunks a program (the saved gradient's float16 rows scaled chunk by chunk);
+  # at t = 0.005 LiT's unaligned rows fall below the bounded floor and the exact rerun
+  # runs.
   from memeff_jax.backends.triton import backward
   from tests.support.data import qwen3_batch, where_mask
   from tests.support.families import FAMILIES
@@ -405,7 +433,8 @@ def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
                       call(*a, name=name, **k))
   jax.clear_caches()
   cfg = triton_backend.TritonBackend(interpret=True).default_config(d, dtype).evolve(
-      algorithm=dict(fwd_row_grad=True, fwd_tiled=True), bwd=dict(block_m=32, block_n=32))
+      algorithm=dict(fwd_row_grad=True, fwd_tiled=True),
+      bwd=dict(block_m=32, block_n=32, block_do=16))
   check_rows_in_forward(
       monkeypatch, fam, arrays, w,
       lambda *a, **k: fam.reference_with_stats(*[v[w] for v in a], **fam.options, **k)[0],

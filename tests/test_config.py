@@ -506,12 +506,13 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
 
 @pytest.mark.parametrize("gluon", [True, False], ids=["gluon", "no_gluon"])
 def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gluon):
-  # Algorithm.fwd_row_grad: where the Gluon Hopper kernels can be launched (stood in for),
-  # a default training step's one-sided block at d = 512 forms its rows' gradient in the
-  # forward (backward.lse_fwd_rows: grad_gluon's kernel with the sums of c, and their
-  # maxima for the stats), and its backward has no rows' pass: LiT none at all, Qwen3 its
-  # documents' only. Not CLIP (two-sided), not at d = 256, not float16, not with
-  # fwd_row_grad=False, not without the kernels. Launch names and flags only.
+  # Algorithm.fwd_row_grad, on in the 16-bit defaults at d_pad <= 512: a default training
+  # step's one-sided bfloat16 block forms its rows' gradient in the forward
+  # (backward.lse_fwd_rows: the FlashAttention-shaped gradient kernel with the sums of c,
+  # and their maxima for the stats; grad_gluon's at d = 512 where the Gluon Hopper
+  # kernels can be launched, stood in for), and its backward has no rows' pass: LiT none
+  # at all, Qwen3 its documents' only. Not CLIP (two-sided), not at d = 1024 (the tiled
+  # gradient), not float16, not with fwd_row_grad=False. Launch names and flags only.
   seen = []
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
@@ -529,24 +530,26 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
     jax.eval_shape(jax.grad(loss, argnums=(0, 1)), x, x)
     return list(seen)
 
-  fused = lambda got: [k for k in got if k[0] == "memeff/lse_fwd_rows_gluon"]
-  rows_pass = lambda got: [k for k in got if k[0] == "memeff/lse_bwd_gluon" and k[1:3] ==
-                           (True, False)]
-  cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
-  for fn, stats in ((mj.lit_loss, False), (mj.lit_loss_with_stats, True),
-                    (mj.qwen3_loss, False)):
-    got = step(fn, 512, stats)
-    if not gluon:
-      assert not fused(got), got
-      continue
-    assert fused(got) == [("memeff/lse_fwd_rows_gluon", True, False, True, stats)], got
-    # (the exact fallback's rows' pass is traced in the other branch of a lax.cond)
-    assert len(rows_pass(got)) == 1, got
-    cols = [k for k in got if k[0] == "memeff/lse_bwd_gluon" and k[1:3] == (False, True)]
-    assert len(cols) == (fn is mj.qwen3_loss), got
-  assert not fused(step(mj.clip_loss, 512)) and not fused(step(mj.lit_loss, 256))
+  fused = lambda got: [k for k in got if k[0].startswith("memeff/lse_fwd_rows")]
+  for d in (64, 128, 256, 512):
+    suffix = "_gluon" if gluon and d == 512 else ""
+    grad_name = "memeff/lse_bwd" + suffix
+    rows_pass = lambda got: [k for k in got if k[0] == grad_name and k[1:3] == (True, False)]
+    for fn, stats in ((mj.lit_loss, False), (mj.lit_loss_with_stats, True),
+                      (mj.qwen3_loss, False)):
+      got = step(fn, d, stats)
+      assert fused(got) == [("memeff/lse_fwd_rows" + suffix, True, False, True, stats)], got
+      # (the exact fallback's rows' pass is traced in the loop of at most one trip)
+      assert len(rows_pass(got)) == 1, got
+      cols = [k for k in got if k[0] == grad_name and k[1:3] == (False, True)]
+      assert len(cols) == (fn is mj.qwen3_loss), got
+  assert not fused(step(mj.clip_loss, 512)) and not fused(step(mj.lit_loss, 1024))
   assert not fused(step(mj.lit_loss, 512, dtype=jnp.float16))   # (bfloat16 only)
-  assert not fused(step(mj.lit_loss, 512, config=cfg.evolve(algorithm=dict(fwd_row_grad=False))))
+  assert not fused(step(mj.lit_loss, 256, dtype=jnp.float32))
+  for d in (128, 512):
+    cfg = launch.TritonBackend().default_config(d, jnp.bfloat16)
+    assert cfg.algorithm.fwd_row_grad
+    assert not fused(step(mj.lit_loss, d, config=cfg.evolve(algorithm=dict(fwd_row_grad=False))))
   launch.resolve_plan.cache_clear()
 
 
@@ -594,7 +597,8 @@ _GLUON_KERNELS = [
     ("gradient", "float16", dict(_GRAD, HAS_ROW=True, HAS_COL=True, SHARED=True,
                                  WANT_CS=True, HAS_MASK=True)),
     ("gradient", "bfloat16", dict(_GRAD, HAS_ROW=True, ROW_THR=True, WANT_CS=True,
-                                  HAS_MASK=True, WANT_SUM=True, WANT_MAX=True)),   # fwd_rows
+                                  HAS_MASK=True, WANT_SUM=True, WANT_MAX=True,
+                                  SCALED=True)),   # fwd_rows
     ("forward", "bfloat16", dict(_FWD, TWO_SIDED=True)),
     ("forward", "bfloat16", dict(_FWD, D=128, TWO_SIDED=True)),
     ("forward", "bfloat16", dict(_FWD, ROW_THR=True)),

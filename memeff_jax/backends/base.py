@@ -19,6 +19,7 @@ import dataclasses
 from typing import Any, Callable, NamedTuple, Protocol, runtime_checkable
 
 import jax
+import jax.numpy as jnp
 
 
 def launches(fn: Callable) -> Callable:
@@ -59,6 +60,34 @@ class Block(NamedTuple):
     """The same block with rows and columns swapped (the columns' gradient pass)."""
     return Block(self.y, self.x, self.y_tab, self.x_tab, self.y_mask, self.x_mask,
                  self.offsets[::-1], self.bias)
+
+
+def scale_rows(dx, dtype) -> tuple:
+  """A rows' gradient [n, d] (fp32) of inputs of ``dtype`` as ``Backend.fwd_rows`` saves
+  it for the backward: ``(u, big)``, each row divided by its largest magnitude ``big``
+  (fp32 [n, 1]; 1 for a row of zeros; a kernel may take a bound of it instead, a finite
+  one, or the check reruns exactly), in float16 for 16-bit inputs, whose 11-bit
+  significand makes this rounding a small fraction of the 16-bit one the gradient gets
+  in the backward (bfloat16's 8 bits would double it), else in ``dtype``. A kernel may
+  hand over chunks of its own: ``big`` [n, G] then scales chunk k, the features
+  [k w, (k + 1) w), w the power of two >= d / G (``unscale_rows``)."""
+  big = jnp.max(jnp.abs(dx), axis=1, keepdims=True)
+  big = jnp.where(big > 0, big, 1.0)
+  return (dx * (1.0 / big)).astype(rows_dtype(dtype)), big
+
+
+def rows_dtype(dtype):
+  """The dtype ``scale_rows`` saves a rows' gradient of inputs of ``dtype`` in."""
+  return jnp.float16 if jnp.dtype(dtype).itemsize == 2 else jnp.dtype(dtype)
+
+
+def unscale_rows(u, big):
+  """The fp32 rows' gradient of ``scale_rows``' pair ``(u, big)`` (one fusion: no
+  [n, d] buffer of the scales)."""
+  d, chunks = u.shape[1], big.shape[1]
+  width = 1 << (-(-d // chunks) - 1).bit_length()
+  per_feature = jnp.repeat(big, width, axis=1, total_repeat_length=chunks * width)[:, :d]
+  return u.astype(jnp.float32) * per_feature
 
 
 class Side(NamedTuple):
@@ -119,11 +148,12 @@ class Backend(Protocol):
 
   @launches
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs) -> tuple:
-    """``(lse_row, max_row, dx, cs, l)``: ``fwd_stats``'s row statistics, bounded (the
-    caller checks ``fwd_floor``), and from the same tiles the rows' gradient for a unit
-    cotangent on every row times l: ``dx_i = l_i scale sum_j P_ij y_j`` (x's dtype),
-    ``cs_i = l_i sum_j P_ij s_ij`` (fp32, None unless ``want_cs``), P the rows' softmax,
-    l fp32 [n] > 0 for every row that keeps an entry (a kernel's unnormalized sums)."""
+    """``(lse_row, max_row, dx, dx_big, cs, l)``: ``fwd_stats``'s row statistics,
+    bounded (the caller checks ``fwd_floor``), and from the same tiles the rows'
+    gradient for a unit cotangent on every row times l, ``l_i scale sum_j P_ij y_j``, as
+    the pair ``(dx, dx_big)`` of ``scale_rows``; ``cs_i = l_i sum_j P_ij s_ij`` (fp32, None
+    unless ``want_cs``), P the rows' softmax, l fp32 [n] > 0 for every row that keeps an
+    entry (a kernel's unnormalized sums)."""
 
   @launches
   def bwd_pair(self, block: Block, scale, *, row, col, spec, want_cs, out_dtype) -> tuple:

@@ -32,7 +32,9 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   to 16384 columns pair (``Budgets.bwd_pair_max_batch``). fp32 inputs keep the sweep
   forward, half-height tiles and no bounded forward. ``Algorithm.matryoshka_per_dim``
   holds the default of the losses' ``matryoshka_per_dim=`` keyword: one plain block
-  per dim except fp32 at d_pad > 256 (the interpreter: one block for every dim). The
+  per dim except fp32 at d_pad > 256 (the interpreter: one block for every dim).
+  16-bit inputs at d_pad <= 512 form a one-sided block's rows' gradient in its forward
+  (``Algorithm.fwd_row_grad``; bfloat16 only, ``TritonBackend.fuses_rows``). The
   measurements behind each row are in docs/benchmarks.md.
 
   ``tma``: the GPU and jax-triton load tiles through TMA descriptors (compute
@@ -56,8 +58,17 @@ def default_config(d: int, dtype, *, interpret: bool = False,
                                                                   block_do=d_pad),
                         algorithm=Algorithm(precision="ieee", fwd_bounded=not wide),
                         budgets=Budgets(max_programs=4, min_programs=1))
+  # fwd_row_grad (16-bit, the FlashAttention-shaped gradient): B = 65536, fwd+bwd, the
+  # one-sided block's rows' gradient from its forward (saved in float16 by row scales)
+  # against a gradient pass, Triton 3.6: LiT D = 64 5.42 -> 2.73 ms, 128 7.06 -> 4.70,
+  # 256 12.09 -> 8.39, 512 26.59 -> 21.79; Qwen3 12.37 -> 9.19, 17.07 -> 14.10, 27.74 ->
+  # 23.92, 50.36 -> 45.26 (Triton 3.9, D <= 256: LiT 5.46 -> 2.95, 6.55 -> 4.20, 10.88
+  # -> 6.84; Qwen3 10.70 -> 7.66, 16.01 -> 13.23, 20.11 -> 16.08); memory unchanged; the
+  # gradients within every 16-bit test's bound (h200_fwd_row_grad.csv run 6,
+  # h200_rows_forward_accuracy.csv).
   cfg = _h100_config(d_pad, wide).evolve(
-      algorithm=dict(fwd_bounded=not wide, matryoshka_per_dim=not wide or d_pad <= 256))
+      algorithm=dict(fwd_bounded=not wide, matryoshka_per_dim=not wide or d_pad <= 256,
+                     fwd_row_grad=not wide and d_pad <= 512))
   if tma and not wide and d_pad in (256, 512):
     # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP D = 512 51.4 -> 44.9 ms,
     # D = 256 22.3 -> 21.0 (LiT 12.7 -> 11.8). One role at 512 on these tiles: LiT
@@ -78,12 +89,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
       # CLIP 44.8 -> 42.4 ms, LiT 27.3 -> 24.9, Qwen3 49.2 -> 44.1 (h200_gluon_roles.csv
       # runs 0 and 3; docs/benchmarks.md "The Gluon gradient"). The same kernel forms a
       # one-sided block's rows' gradient in its forward (``Algorithm.fwd_row_grad``).
-      # On the Triton kernel (other sizes, jax-triton 0.3.1) it is as much faster (B =
-      # 65536, LiT D = 64 / 128 / 256 / 512 on Triton 3.6: 5.38 -> 2.79, 7.21 -> 5.03,
-      # 12.32 -> 8.02, 26.99 -> 21.40 ms; h200_fwd_row_grad.csv runs 3-4) but stays
-      # opt-in: the saved gradient's one more bf16 rounding took test_porting_triton's
-      # shared-column LiT-Qwen3 case (d = 512) past the suite's bound, 3.93e-2 > 3.90e-2.
-      cfg = cfg.evolve(bwd=dict(gluon=True), algorithm=dict(fwd_row_grad=True))
+      cfg = cfg.evolve(bwd=dict(gluon=True))
   return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
 
 

@@ -206,9 +206,10 @@ class Algorithm(_Group):
       scales it by the rows' cotangents (docs/math.md §3). Where the backend has that
       kernel (the Triton backend: its FlashAttention-shaped gradient, ``grad_gluon``'s
       or ``grad_bwd``'s, for bfloat16 with the bounded forward); otherwise ignored.
-      ``default_config`` turns it on with the Gluon kernels at d_pad = 512 (timed on the
-      Triton kernel too: faster at d_pad 64-512, but its one more rounding of the saved
-      gradient is not yet within every 16-bit test's bound there; docs/benchmarks.md).
+      ``default_config`` turns it on for 16-bit inputs at d_pad <= 512, where it was
+      timed (d_pad 64-512). The saved gradient is float16 by row scales
+      (``backends.base.scale_rows``): rounded to 16 bits once, in the backward, as by the
+      gradient pass.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32", "tf32x3" or
       "ieee"); 16-bit inputs ignore it.
   """

@@ -18,7 +18,7 @@ def check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, *, backend
   ``ref_fn``; a differentiated call's loss, row lse and accuracies against
   fwd_row_grad=False on the same inputs (1e-5 relative; 1e-4 in the lse: fp32 summation
   order); where ``rerun``, the gradients too, within 4 eps of ``dtype`` (2^-5 for
-  bfloat16) of the largest entry: the saved gradient's one more rounding, each path's
+  bfloat16) of the largest entry: the saved gradient's float16 rounding, each path's
   own output rounding, through the normalization's backward (one eps, 2^-7, is the
   spacing at the bottom of a binade; the interpreter shows 0.75% at d = 200, t =
   0.005)."""

@@ -219,10 +219,10 @@ class TritonBackend:
   def fuses_rows(self, x, y, spec) -> bool:
     """Whether ``fwd_rows`` serves this block: a plain one-sided softmax block of
     bfloat16 inputs whose config asks for it (``Algorithm.fwd_row_grad``, on in the
-    Gluon defaults at d_pad = 512), bounded, with a FlashAttention-shaped gradient (its
+    16-bit defaults at d_pad <= 512), bounded, with a FlashAttention-shaped gradient (its
     kernel, or ``grad_gluon``'s, is the pass). (Its coefficients, up to
-    2^BOUND_HEADROOM before the rows' sums divide them out, and the gradient they sum
-    to overflow float16, whose exact rerun would then always run: float16 keeps the
+    2^BOUND_HEADROOM before the rows' sums divide them out, overflow float16 tiles,
+    whose exact rerun would then always run: float16 keeps the
     gradient pass.)"""
     if not (spec.reduction.name == _SOFTMAX and spec.dims is None and not spec.two_sided
             and not spec.symmetric and jnp.dtype(x.dtype) == jnp.bfloat16

@@ -12,6 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from memeff_jax import _compat
+from memeff_jax.backends.base import scale_rows
 from memeff_jax.backends.triton.call import (LN2, LOG2E, bias_args, call, cdiv, chunks,
                                              dot_precision, offsets as stack_offsets,
                                              prefix_args, slab_loop, slab_rows, splits)
@@ -161,27 +162,34 @@ def _lse_bwd_gluon(x, y, offsets, coefs: Coefs, c: BwdCall, *, rows_fwd=False,
                    want_max=False):
   """``(dx, cs or None)`` of one pass from ``grad_gluon._lse_bwd_gluon_kernel`` (its own
   64 x 128 tiles; the column splits as ``_lse_bwd_fa``'s); ``rows_fwd`` (``lse_fwd_rows``):
-  also the rows' sums of c and (``want_max``) largest kept s, [n] each."""
+  dx as ``base.scale_rows`` gives it (a pair) and also the rows' sums of c and
+  (``want_max``) largest kept s, [n] each."""
   from memeff_jax.backends.triton import grad_gluon  # pylint: disable=g-import-not-at-top
   (n, d), m = x.shape, y.shape[0]
   bm, bn, bk = grad_gluon.BLOCK_M, grad_gluon.BLOCK_N, grad_gluon.BLOCK_K
   num_splits, per_split = splits(m, bn, cdiv(n, bm), c.config)
   f32 = jnp.float32
   per_row = lambda want: jax.ShapeDtypeStruct((2, num_splits, n) if want else (1,), f32)
+  scaled = rows_fwd and num_splits == 1   # (the kernel's own chunks: its groups' halves)
   out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), c.out_dtype if num_splits == 1 else f32),
-                per_row(c.want_cs), per_row(rows_fwd), per_row(want_max)]
+                per_row(c.want_cs), per_row(rows_fwd), per_row(want_max),
+                jax.ShapeDtypeStruct((2, n) if scaled else (1,), f32)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
   flags = {k: v for k, v in coefs.flags.items() if k not in ("PRECISION", "SIGMOID")}
-  dx, cs, c_sum, s_max = call(
+  dx, cs, c_sum, s_max, big = call(
       grad_gluon._lse_bwd_gluon_kernel, _compat.Tiles(x, (bm, bk), gluon=True),
       _compat.Tiles(y, (bn, bk), gluon=True), coefs.scal, stack_offsets(offsets),
       *coefs.side_stats, xb, yb, n, m, per_split, out_shapes=out_shapes,
       grid=(cdiv(n, bm), num_splits), num_warps=4, num_stages=1,
       name="memeff/lse_fwd_rows_gluon" if rows_fwd else "memeff/lse_bwd_gluon",
       interpret=False, D=d, **dict(flags, WANT_CS=c.want_cs, WANT_SUM=rows_fwd,
-                                   WANT_MAX=want_max))
+                                   WANT_MAX=want_max, SCALED=scaled))
   dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  out = dx.astype(c.out_dtype), (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
+  if rows_fwd:   # (scale_rows' pair: the kernel's own chunks, or one a row)
+    dx = (dx, big.T) if scaled else scale_rows(dx, c.out_dtype)
+  else:
+    dx = dx.astype(c.out_dtype)
+  out = dx, (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
   if not rows_fwd:
     return out
   return out + (jnp.sum(c_sum, axis=(0, 1)),
@@ -200,7 +208,7 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
                  interpret=False, masks=None):
   """A one-sided block's bounded row statistics and, from the same tiles, its rows'
   gradient for a unit cotangent on every row (``Backend.fwd_rows``):
-  ``(lse_row, max_row, dx, cs, l)`` with
+  ``(lse_row, max_row, dx, dx_big, cs, l)`` with
 
       c_ij = keep_ij 2^(z_ij - shift),  l_i = sum_j c_ij,  lse_row_i = (shift + log2 l_i) ln 2
       dx_i = scale sum_j c_ij y_j,      cs_i = sum_j c_ij s_ij   (each / l_i: the unit ones)
@@ -210,8 +218,10 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
   coefficient with every row's lse replaced by the bounded forward's shift
   (``forward.BOUND_HEADROOM``; ``ring.forward_rows`` checks ``fwd_floor`` and reruns
   exactly). max_row: the largest kept logit (entries
-  that flush to 0 are far below it once the floor holds), or None. dx in x's dtype; l,
-  cs fp32 (cs None unless ``want_cs``); a removed or empty row has l = 0, dx = 0."""
+  that flush to 0 are far below it once the floor holds), or None. dx as
+  ``base.scale_rows`` hands it over (float16 chunks and their fp32 scales; the kernel's
+  own chunks where one split sweeps every column); l, cs fp32 (cs None unless
+  ``want_cs``); a removed or empty row has l = 0, dx = 0."""
   f32 = jnp.float32
   n = x.shape[0]
   scale2 = (scale * LOG2E).astype(f32)
@@ -221,12 +231,13 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
     lse2 = jnp.where(masks[0], lse2, jnp.inf)
   dummy = jnp.zeros((1,), f32)
   thr = dummy if row_thr is None else row_thr.astype(f32).reshape(-1)
-  scal = jnp.stack([scale2, jnp.asarray(scale, f32), jnp.ones((), f32), jnp.zeros((), f32)])
+  y_max = jnp.max(jnp.abs(y)).astype(f32)   # (grad_bwd's SCALED bound)
+  scal = jnp.stack([scale2, jnp.asarray(scale, f32), jnp.ones((), f32), y_max])
   flags = dict(HAS_MASK=masks is not None, HAS_ROW=True, HAS_COL=False,
                ROW_THR=row_thr is not None, COL_THR=False, EXCLUDE_SELF=exclude_self,
                SHARED=False, SIGMOID=False, PRECISION=config.algorithm.precision)
   coefs = Coefs((lse2, jnp.ones((n,), f32), thr, dummy, dummy, dummy), flags, scal, None)
-  c = BwdCall(exclude_self, want_cs, x.dtype, config, interpret, masks=masks)
+  c = BwdCall(exclude_self, want_cs, jnp.float16, config, interpret, masks=masks)
   if fwd_rows_gluon(x, y, config) and not interpret:
     dx, cs, l, s_max = _lse_bwd_gluon(x, y, offsets, coefs, c, rows_fwd=True,
                                       want_max=want_max)
@@ -237,7 +248,7 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
                                    want_max=want_max, **c.options())
     cs, l = (None if cs is None else cs[0]), l[0]
   lse = (shift + jnp.log2(l)) * LN2   # -inf: nothing kept
-  return lse, (None if s_max is None else s_max * scale), dx, cs, l
+  return lse, (None if s_max is None else s_max * scale), *dx, cs, l
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,8 +267,9 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
                 want_max=False, **options):
   """One launch of the FlashAttention-shaped gradient (grad_bwd._lse_bwd_kernel):
   ``(dx, cs, c1)``, cs [K, n] or None, c1 (SIGMOID, or ``rows_fwd``: the rows' sums of
-  c) [K, n] or None; ``rows_fwd`` (``lse_fwd_rows``): also the rows' largest kept s [n]
-  (``want_max``) or None. ``options``: the fields of ``BwdCall``."""
+  c) [K, n] or None; ``rows_fwd`` (``lse_fwd_rows``): dx as ``base.scale_rows`` gives it
+  (a pair) and also the rows' largest kept s [n] (``want_max``) or None. ``options``: the
+  fields of ``BwdCall``."""
   c = BwdCall(**options)
   config, want_cs = c.config, c.want_cs
   (n, d), m = x.shape, y.shape[0]
@@ -269,11 +281,13 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
   block_do = d if feats.block_do is None else feats.block_do   # None: Matryoshka, unused
   num_splits, per_split = splits(m, bn, cdiv(n, bm) * num_do, config)
   dx_dtype = c.out_dtype if num_splits == 1 else f32
+  scaled = rows_fwd and num_splits == 1   # (the kernel's own chunks: block_do features)
   sums = coefs.flags["SIGMOID"] or rows_fwd
   out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((k, num_splits, n) if want_cs else (1,), f32),
                 jax.ShapeDtypeStruct((k, num_splits, n) if sums else (1,), f32),
-                jax.ShapeDtypeStruct((num_splits, n) if want_max else (1,), f32)]
+                jax.ShapeDtypeStruct((num_splits, n) if want_max else (1,), f32),
+                jax.ShapeDtypeStruct((num_do, n) if scaled else (1,), f32)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
   reuse_y = num_d == 1 and num_do == 1 and block_do == block_d
   # (block_d == d: a power-of-two feature size, rows of >= 32 bytes, no ragged tail)
@@ -281,7 +295,7 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
          and _compat.tma_descriptors(c.interpret))
   if tma:
     x, y = _compat.Tiles(x, (bm, block_d)), _compat.Tiles(y, (bn, block_d))
-  dx, cs, c1, s_max = call(
+  dx, cs, c1, s_max, big = call(
       _lse_bwd_kernel, x, y, coefs.scal, stack_offsets(offsets), *coefs.side_stats, x_tab,
       y_tab, xb, yb, n, m, per_split, out_shapes=out_shapes,
       grid=(cdiv(n, bm), num_do, num_splits), num_warps=tiles.num_warps,
@@ -289,9 +303,14 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
       name="memeff/lse_fwd_rows" if rows_fwd else "memeff/lse_bwd", interpret=c.interpret,
       D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
       REUSE_Y=reuse_y, K=k, SEGS=segs, HAS_TAB=has_tab, TMA=tma,
-      **dict(coefs.flags, WANT_CS=want_cs, WANT_SUM=rows_fwd, WANT_MAX=want_max))
+      **dict(coefs.flags, WANT_CS=want_cs, WANT_SUM=rows_fwd, WANT_MAX=want_max,
+             SCALED=scaled))
   dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  out = (dx.astype(c.out_dtype), (jnp.sum(cs, axis=1) if want_cs else None),
+  if rows_fwd:   # (scale_rows' pair: the kernel's own chunks, or one a row)
+    dx = (dx, big.T) if scaled else scale_rows(dx, c.out_dtype)
+  else:
+    dx = dx.astype(c.out_dtype)
+  out = (dx, (jnp.sum(cs, axis=1) if want_cs else None),
          (jnp.sum(c1, axis=1) if sums else None))
   if not rows_fwd:
     return out

@@ -45,16 +45,19 @@ NUM_P = gl.constexpr(2)        # P buffers
 @gluon.jit
 def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr, off_ptr,
               lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr,
-              n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, CID: gl.constexpr,
+              n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, big_ptr,
+              CID: gl.constexpr,
               BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, D: gl.constexpr,
               KCH: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr, HAS_ROW: gl.constexpr,
               HAS_COL: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
               EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr, HAS_MASK: gl.constexpr,
-              SHARED: gl.constexpr, WANT_SUM: gl.constexpr, WANT_MAX: gl.constexpr):
+              SHARED: gl.constexpr, WANT_SUM: gl.constexpr, WANT_MAX: gl.constexpr,
+              SCALED: gl.constexpr):
   """Consumer warp group CID (4 warps): S for the columns [CID HALF, + HALF) of each tile,
   their coefficients into P, then dx's features [CID NOC BK, + NOC BK) += P @ y; at the
   end dx (times scale g_max), this group's sums of c s (times g_max) and (the forward's
-  rows, ``lse_fwd_rows``) its sums of c and largest s where c > 0."""
+  rows, ``lse_fwd_rows``) its sums of c and largest s where c > 0; SCALED: dx's rows each
+  divided by their largest magnitude in this group's features, stored in big."""
   HALF: gl.constexpr = BN // 2
   NOC: gl.constexpr = KCH // 2
   gl.static_assert(NOC == 2, "two output chunks a group (D = 4 BK)")
@@ -121,13 +124,22 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
     it += KCH
     t += 1
   out_mult = gl.load(scal_ptr + 1)
+  acc0 = acc0 * out_mult
+  acc1 = acc1 * out_mult
   orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+  if SCALED:
+    big = gl.maximum(gl.max(gl.abs(acc0), axis=1), gl.max(gl.abs(acc1), axis=1))
+    big = gl.where(big > 0.0, big, 1.0)
+    inv = gl.expand_dims(1.0 / big, 1)
+    acc0 = acc0 * inv
+    acc1 = acc1 * inv
+    gl.store(big_ptr + CID * n + orows, big, mask=orows < n)
   feats = CID * NOC * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, o_layout))
   split = gl.program_id(1).to(gl.int64)
   at = dx_ptr + (split * n + gl.expand_dims(orows, 1)) * D + gl.expand_dims(feats, 0)
   keep = gl.expand_dims(orows < n, 1) & gl.expand_dims(feats < D, 0)
-  gl.store(at, (acc0 * out_mult).to(dx_ptr.dtype.element_ty), mask=keep)
-  gl.store(at + BK, (acc1 * out_mult).to(dx_ptr.dtype.element_ty), mask=keep)
+  gl.store(at, acc0.to(dx_ptr.dtype.element_ty), mask=keep)
+  gl.store(at + BK, acc1.to(dx_ptr.dtype.element_ty), mask=keep)
   per_row = (CID * gl.num_programs(1) + split) * n + rows   # [2, splits, n]: this group's
   if WANT_CS:
     cs_mult = gl.load(scal_ptr + 2)
@@ -156,15 +168,18 @@ def _lse_bwd_gluon_kernel(
     cs_ptr,                    # [2, splits, n] fp32: g_max * sum_j c_ij s_ij, per group
     sum_ptr,                   # [2, splits, n] fp32: sum_j c_ij, per group, if WANT_SUM
     max_ptr,                   # [2, splits, n] fp32: max s_ij where c_ij > 0, if WANT_MAX
+    big_ptr,                   # [2, n] fp32: each row's largest |dx| in a group's features,
+                               # if SCALED (one split: dx holds dx / big)
     # constexprs
     D: gl.constexpr, HAS_ROW: gl.constexpr, HAS_COL: gl.constexpr, ROW_THR: gl.constexpr,
     COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr,
     HAS_MASK: gl.constexpr, SHARED: gl.constexpr, WANT_SUM: gl.constexpr = False,
-    WANT_MAX: gl.constexpr = False,
+    WANT_MAX: gl.constexpr = False, SCALED: gl.constexpr = False,
 ):
   """``_lse_bwd_kernel``'s dx and c s (no Matryoshka tables, no sigmoid) for BM rows and
   one column split; WANT_SUM / WANT_MAX: also the rows' sums of c and largest kept s (the
-  forward's rows, ``backward.lse_fwd_rows``). Grid (row tiles, splits)."""
+  forward's rows, ``backward.lse_fwd_rows``); SCALED: dx in [-1, 1] by its rows' scales in
+  big (the two groups' feature halves). Grid (row tiles, splits)."""
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
   BN: gl.constexpr = y_desc.block_type.shape[0]
@@ -194,14 +209,14 @@ def _lse_bwd_gluon_kernel(
   gl.warp_specialize([
       (_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
-                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, 0, BM,
-                   BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX)),
+                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, big_ptr, 0,
+                   BM, BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX, SCALED)),
       (_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
-                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, 1, BM,
-                   BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX)),
+                   yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, big_ptr, 1,
+                   BM, BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX, SCALED)),
       (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                    BK, KCH, NUM_BUF)),
   ], [4, 1], [240, 24])
