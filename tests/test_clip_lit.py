@@ -151,7 +151,9 @@ def test_tma_descriptor_loads(monkeypatch, loss, dtype):
   # (the default on Hopper with jax-triton >= 0.4): both softmax roles in a pass
   # (CLIP), the rows' only (LiT), the rows' then the columns' (Qwen3), the rows' alone
   # on their own wider column tiles, ragged last tiles (the copy engine's zero fill),
-  # against the dense reference.
+  # against the dense reference. tau_plus in fp32 only: in bfloat16 the dense
+  # formula's own debiased gradient is ~1.6x its largest entry off float64, so
+  # compare's bound (twice that) would let any gradient pass.
   made = []
 
   class Tiles(_compat.Tiles):
@@ -163,8 +165,9 @@ def test_tma_descriptor_loads(monkeypatch, loss, dtype):
   fn, ref = {**LOSSES, "qwen3": (qwen3_loss, reference.qwen3_loss)}[loss]
   x, y = features(5, [(150, 32), (150, 32)], dtype)
   cfg = kernel_path_config("tma", 32, dtype)
+  debias = loss != "qwen3" and dtype != jnp.bfloat16
   compare(lambda *a, **k: fn(*a, backend="interpret", config=cfg, **k), ref, [x, y],
-          dtype=dtype, tau_plus=0.1 if loss != "qwen3" else 0.0)
+          dtype=dtype, tau_plus=0.1 if debias else 0.0)
   # (the descriptors were used, on each pass's tiles)
   assert set(made) == {(32, 32)} | ({(64, 32)} if loss != "clip" else set()), made
 
