@@ -184,16 +184,21 @@ def _lse_bwd_gluon(x, y, offsets, coefs: Coefs, c: BwdCall, *, rows_fwd=False,
       name="memeff/lse_fwd_rows_gluon" if rows_fwd else "memeff/lse_bwd_gluon",
       interpret=False, D=d, **dict(flags, WANT_CS=c.want_cs, WANT_SUM=rows_fwd,
                                    WANT_MAX=want_max, SCALED=scaled))
-  dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  if rows_fwd:   # (scale_rows' pair: the kernel's own chunks, or one a row)
-    dx = (dx, big.T) if scaled else scale_rows(dx, c.out_dtype)
-  else:
-    dx = dx.astype(c.out_dtype)
-  out = dx, (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
+  out = _dx_out(dx, big, c, rows_fwd), (jnp.sum(cs, axis=(0, 1)) if c.want_cs else None)
   if not rows_fwd:
     return out
   return out + (jnp.sum(c_sum, axis=(0, 1)),
                 jnp.max(s_max, axis=(0, 1)) if want_max else None)
+
+
+def _dx_out(dx, big, c: BwdCall, rows_fwd: bool):
+  """A launch's dx [splits, n, d], summed over its column splits: in ``c.out_dtype``, or
+  (``rows_fwd``) as ``base.scale_rows``' pair, the kernel's own row scales ``big``
+  [G, n] where one split ran (SCALED), else scaled here from the fp32 sum."""
+  if dx.shape[0] == 1:
+    return (dx[0], big.T) if rows_fwd else dx[0]
+  dx = jnp.sum(dx, axis=0)
+  return scale_rows(dx, c.out_dtype) if rows_fwd else dx.astype(c.out_dtype)
 
 
 def fwd_rows_gluon(x, y, config: KernelConfig) -> bool:
@@ -231,14 +236,16 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
     lse2 = jnp.where(masks[0], lse2, jnp.inf)
   dummy = jnp.zeros((1,), f32)
   thr = dummy if row_thr is None else row_thr.astype(f32).reshape(-1)
-  y_max = jnp.max(jnp.abs(y)).astype(f32)   # (grad_bwd's SCALED bound)
+  gluon = fwd_rows_gluon(x, y, config) and not interpret
+  # (grad_bwd's SCALED bound reads max |y|; grad_gluon's kernel does not)
+  y_max = jnp.zeros((), f32) if gluon else jnp.max(jnp.abs(y)).astype(f32)
   scal = jnp.stack([scale2, jnp.asarray(scale, f32), jnp.ones((), f32), y_max])
   flags = dict(HAS_MASK=masks is not None, HAS_ROW=True, HAS_COL=False,
                ROW_THR=row_thr is not None, COL_THR=False, EXCLUDE_SELF=exclude_self,
                SHARED=False, SIGMOID=False, PRECISION=config.algorithm.precision)
   coefs = Coefs((lse2, jnp.ones((n,), f32), thr, dummy, dummy, dummy), flags, scal, None)
   c = BwdCall(exclude_self, want_cs, jnp.float16, config, interpret, masks=masks)
-  if fwd_rows_gluon(x, y, config) and not interpret:
+  if gluon:
     dx, cs, l, s_max = _lse_bwd_gluon(x, y, offsets, coefs, c, rows_fwd=True,
                                       want_max=want_max)
   else:
@@ -305,12 +312,7 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
       REUSE_Y=reuse_y, K=k, SEGS=segs, HAS_TAB=has_tab, TMA=tma,
       **dict(coefs.flags, WANT_CS=want_cs, WANT_SUM=rows_fwd, WANT_MAX=want_max,
              SCALED=scaled))
-  dx = dx[0] if num_splits == 1 else jnp.sum(dx, axis=0)
-  if rows_fwd:   # (scale_rows' pair: the kernel's own chunks, or one a row)
-    dx = (dx, big.T) if scaled else scale_rows(dx, c.out_dtype)
-  else:
-    dx = dx.astype(c.out_dtype)
-  out = (dx, (jnp.sum(cs, axis=1) if want_cs else None),
+  out = (_dx_out(dx, big, c, rows_fwd), (jnp.sum(cs, axis=1) if want_cs else None),
          (jnp.sum(c1, axis=1) if sums else None))
   if not rows_fwd:
     return out
