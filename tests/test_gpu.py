@@ -545,6 +545,8 @@ def test_rows_in_forward_shared_columns_accuracy_triton(family, kernel):
   cfg = launch.TritonBackend().default_config(512, jnp.bfloat16).evolve(
       algorithm=dict(fwd_row_grad=True))
   if kernel == "triton":
+    if not cfg.bwd.gluon:
+      pytest.skip("the backend's default kernel here is grad_bwd's: the 'backend' case")
     cfg = cfg.evolve(bwd=dict(gluon=False))
   ref, arrays, kw = shared_columns_case(family, 2085, 512, jnp.bfloat16)
   compare(shared_columns_loss(family, cfg), ref, arrays, dtype=jnp.bfloat16,
