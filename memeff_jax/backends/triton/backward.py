@@ -237,9 +237,10 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
   dummy = jnp.zeros((1,), f32)
   thr = dummy if row_thr is None else row_thr.astype(f32).reshape(-1)
   gluon = fwd_rows_gluon(x, y, config) and not interpret
-  # (grad_bwd's SCALED bound reads max |y|; grad_gluon's kernel does not)
-  y_max = jnp.zeros((), f32) if gluon else jnp.max(jnp.abs(y)).astype(f32)
-  scal = jnp.stack([scale2, jnp.asarray(scale, f32), jnp.ones((), f32), y_max])
+  scal = [scale2, jnp.asarray(scale, f32), jnp.ones((), f32), jnp.zeros((), f32)]
+  if not gluon:   # (grad_bwd's SCALED bound reads max |y|; grad_gluon's kernel does not)
+    scal.append(jnp.max(jnp.abs(y)).astype(f32))
+  scal = jnp.stack(scal)
   flags = dict(HAS_MASK=masks is not None, HAS_ROW=True, HAS_COL=False,
                ROW_THR=row_thr is not None, COL_THR=False, EXCLUDE_SELF=exclude_self,
                SHARED=False, SIGMOID=False, PRECISION=config.algorithm.precision)
@@ -288,13 +289,13 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
   block_do = d if feats.block_do is None else feats.block_do   # None: Matryoshka, unused
   num_splits, per_split = splits(m, bn, cdiv(n, bm) * num_do, config)
   dx_dtype = c.out_dtype if num_splits == 1 else f32
-  scaled = rows_fwd and num_splits == 1   # (the kernel's own chunks: block_do features)
+  scaled = rows_fwd and num_splits == 1   # (one scale a row, for every feature chunk)
   sums = coefs.flags["SIGMOID"] or rows_fwd
   out_shapes = [jax.ShapeDtypeStruct((num_splits, n, d), dx_dtype),
                 jax.ShapeDtypeStruct((k, num_splits, n) if want_cs else (1,), f32),
                 jax.ShapeDtypeStruct((k, num_splits, n) if sums else (1,), f32),
                 jax.ShapeDtypeStruct((num_splits, n) if want_max else (1,), f32),
-                jax.ShapeDtypeStruct((num_do, n) if scaled else (1,), f32)]
+                jax.ShapeDtypeStruct((1, n) if scaled else (1,), f32)]
   xb, yb, _ = bias_args(c.masks, cdiv(n, bm) * bm, cdiv(m, bn) * bn)
   reuse_y = num_d == 1 and num_do == 1 and block_do == block_d
   # (block_d == d: a power-of-two feature size, rows of >= 32 bytes, no ragged tail)

@@ -25,8 +25,8 @@ EPI_ENTRIES = 32
 def _lse_bwd_kernel(
     # input pointers
     x_ptr, y_ptr,              # [n, D] rows whose gradient this pass writes, [m, D] columns
-    scal_ptr,                  # [4] fp32: scale * log2(e), scale * g_max, g_max, SIGMOID bias
-                               # (SCALED: max |y|)
+    scal_ptr,                  # [4] fp32: scale * log2(e), scale * g_max, g_max, SIGMOID bias;
+                               # SCALED: [5], max |y| last
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     lse_r_ptr, g_r_ptr, thr_r_ptr,   # [n] row-role statistics (log2 units, +inf if empty)
     lse_c_ptr, g_c_ptr, thr_c_ptr,   # [m] column-role statistics (SHARED: lse_c unused)
@@ -41,7 +41,7 @@ def _lse_bwd_kernel(
     cs_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij s_ij (WANT_CS)
     c1_ptr,                    # [K, splits, n] fp32: g_max * sum_j c_ij (SIGMOID, WANT_SUM)
     max_ptr,                   # [splits, n] fp32: max s_ij where c_ij > 0 (WANT_MAX)
-    big_ptr,                   # [num_do, n] fp32: each row's bound of |dx| (SCALED)
+    big_ptr,                   # [1, n] fp32: each row's bound of |dx| (SCALED)
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
     NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr, REUSE_Y: tl.constexpr,
@@ -146,10 +146,11 @@ def _lse_bwd_kernel(
       acc = tl.dot(coef.to(y_o.dtype), y_o, acc, input_precision=PRECISION)
     dx = acc * out_mult
     if SCALED:
-      big = c1 * out_mult * sbias
+      big = c1 * out_mult * tl.load(scal_ptr + 4)
       big = tl.where(big > 0.0, big, 1.0)
       dx = dx * (1.0 / big)[:, None]
-      tl.store(big_ptr + pid_o * n + rows, big, mask=in_rows)
+      if pid_o == 0:   # (one scale a row: the bound holds for every feature chunk)
+        tl.store(big_ptr + rows, big, mask=in_rows)
     feats = pid_o * BLOCK_DO + tl.arange(0, BLOCK_DO)
     base = dx_ptr + (pid_s.to(tl.int64) * n + row0) * D
     offs = tl.arange(0, BLOCK_M)[:, None] * D + feats[None, :]
