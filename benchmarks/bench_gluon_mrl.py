@@ -32,12 +32,22 @@ Variants:
   summed over the P^k that cover it (15 chunk products a tile instead of 8).
 - ``mrl_direct_two_acc``: ``mrl_direct`` with two of a group's four dx accumulators (a
   timing bound without the register pressure; its dx is wrong by design).
+- ``mrl_direct_prefetch``, ``mrl_suffix_prefetch``: the same with the statistics out of
+  the epilogue's way. The variants above load each dim's row and column statistics
+  (a, lse, g; b, g_c) after the tile's S, four dims a tile, and both groups wait on the
+  loads (P is shared): with every pass in the library's plain Gluon kernel, CLIP's step
+  took 56.3 ms with the column statistics loaded after S and 42.0 with them loaded before
+  the tile's wgmmas (benchmarks/NOTES.md, 2026-12-03 runs 2-3). Here the rows' are loaded once, before
+  the column loop, and the tile's columns' before its wgmmas, one register a vector
+  (``_tile_cols``), converted to the accumulator's layout at their use.
 
 Measured (one H200, B = 65536, jax-triton 0.4.1 + Triton 3.9; h200_gluon_mrl.csv):
 ``plain`` 15.97 ms; ``mrl_direct`` 62.13 (888 B of spills), ``mrl_suffix`` 73.13 (1304
 B), both within 3.2e-3 of float32; ``mrl_direct_two_acc`` 48.48 (16 B). One fused pass
 costs 3.9x the plain one, more than the per-dim passes it would replace: the four
 dims' epilogues on 64 x 64 tiles, not the spills, bound it (docs/notes/matryoshka.md).
+The ``*_prefetch`` variants are compiled but not yet timed (2026-12-04, sm_90 on the CPU:
+760 / 1080 B of spill stores against 888 / 1300, the same 224.5 KiB of shared memory).
 
 Each variant is checked against float32 jnp on the first 512 rows (dx's error over
 max |dx|, cs's likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5 (every
@@ -99,22 +109,74 @@ def _retire(empty, pos, acc, NB: gl.constexpr):
 
 
 @gluon.jit
-def _dim(raw, k: gl.constexpr, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-         xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-         xb_ptr, yb_ptr, BM: gl.constexpr, HALF: gl.constexpr, ROW_THR: gl.constexpr,
-         COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr):
-  """Dim k's coefficients on the prefix dot ``raw``: (c a b, the rows' sums of c s)."""
-  a = gl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
-  b = gl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+def _dim(raw, k: gl.constexpr, ahead, tile, stats, BM: gl.constexpr, HALF: gl.constexpr,
+         ROW_THR: gl.constexpr, COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr,
+         HAS_MASK: gl.constexpr, PREFETCH: gl.constexpr):
+  """Dim k's coefficients on the prefix dot ``raw``: (c a b, the rows' sums of c s). Its
+  statistics: PREFETCH, ``ahead`` = (every dim's rows' (a, lse, g), hoisted out of the
+  column loop; every dim's (b, g_c) of the tile, loaded before its wgmmas in a compact
+  layout, one register a vector: ``_tile_cols``), converted here; else loaded here,
+  after the tile's S (the loads' latency in the epilogue)."""
+  rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m = tile
+  xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr = (
+      stats)
+  if PREFETCH:
+    gl.static_assert(not (ROW_THR or COL_THR))
+    a, lse_r, g_r = ahead[0][k]
+    cl: gl.constexpr = gl.SliceLayout(0, raw.type.layout)
+    b = gl.convert_layout(ahead[1][k][0], cl)
+    g_c = gl.convert_layout(ahead[1][k][1], cl)
+    thr_r = 0.0
+    thr_c = 0.0
+  else:
+    a = gl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+    b = gl.load(yt_ptr + k * m + cols, mask=cols < m, other=0.0)
+    lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
+                                  in_rows, BM, True, ROW_THR)
+    lse_c, g_c, thr_c = col_stats(lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, cols,
+                                  m, True, COL_THR, True)
   s = raw * gl.expand_dims(a, 1) * gl.expand_dims(b, 0)
-  lse_r, g_r, thr_r = row_stats(lse_r_ptr + k * n, g_r_ptr + k * n, thr_r_ptr + k * n, rows,
-                                in_rows, BM, True, ROW_THR)
-  lse_c, g_c, thr_c = col_stats(lse_c_ptr + k * m, g_c_ptr + k * m, thr_c_ptr + k * m, cols, m,
-                                True, COL_THR, True)
   c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r, g_r, thr_r,
-                  lse_c, g_c, thr_c, xb_ptr, yb_ptr, BM, HALF, True, True, ROW_THR, COL_THR,
+                  0.0, g_c, thr_c, xb_ptr, yb_ptr, BM, HALF, True, True, ROW_THR, COL_THR,
                   EXCLUDE_SELF, HAS_MASK, True)
   return c * gl.expand_dims(a, 1) * gl.expand_dims(b, 0), gl.sum(c * s, axis=1)
+
+
+@gluon.jit
+def _row_pre(stats, rows, in_rows, n, BM: gl.constexpr, PREFETCH: gl.constexpr):
+  """PREFETCH: every dim's (a, lse, g) of the program's rows (``_dim``'s ``ahead[0]``)."""
+  out = 0
+  if PREFETCH:
+    out = (_row_dim(stats, 0, rows, in_rows, n, BM), _row_dim(stats, 1, rows, in_rows, n, BM),
+           _row_dim(stats, 2, rows, in_rows, n, BM), _row_dim(stats, 3, rows, in_rows, n, BM))
+  return out
+
+
+@gluon.jit
+def _row_dim(stats, k: gl.constexpr, rows, in_rows, n, BM: gl.constexpr):
+  a = gl.load(stats[0] + k * n + rows, mask=in_rows, other=0.0)
+  lse_r, g_r, _ = row_stats(stats[2] + k * n, stats[3] + k * n, stats[4], rows, in_rows, BM,
+                            True, False)
+  return a, lse_r, g_r
+
+
+@gluon.jit
+def _tile_cols(stats, col0, m, HALF: gl.constexpr, PREFETCH: gl.constexpr):
+  """PREFETCH: every dim's (b, g_c) of a tile's HALF columns, in a compact layout (each
+  warp a copy, one register a vector; ``_dim``'s ``ahead[1]``)."""
+  out = 0
+  if PREFETCH:
+    cols = col0 + gl.arange(0, HALF, layout=gl.BlockedLayout([1], [32], [4], [0]))
+    out = (_col_dim(stats, 0, cols, m), _col_dim(stats, 1, cols, m),
+           _col_dim(stats, 2, cols, m), _col_dim(stats, 3, cols, m))
+  return out
+
+
+@gluon.jit
+def _col_dim(stats, k: gl.constexpr, cols, m):
+  keep = cols < m
+  return (gl.load(stats[1] + k * m + cols, mask=keep, other=0.0),
+          gl.load(stats[6] + k * m + cols, mask=keep, other=0.0))
 
 
 @gluon.jit
@@ -123,7 +185,9 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
                   yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                   CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                   D: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr, ROW_THR: gl.constexpr,
-                  COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr):
+                  COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr,
+                  PREFETCH: gl.constexpr):
+  """The suffix sums' consumer (see the module's ``mrl_suffix``); PREFETCH: ``_dim``'s."""
   HALF: gl.constexpr = BN // 2
   s_layout: gl.constexpr = gl.NVMMADistributedLayout(
       version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
@@ -134,6 +198,9 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
   col_off = gl.load(off_ptr + 1)
   rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
   in_rows = rows < n
+  stats = (xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
+           yb_ptr)
+  row_pre = _row_pre(stats, rows, in_rows, n, BM, PREFETCH)
   zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
   cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
   cs1 = cs0
@@ -147,6 +214,10 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P set t % NP)
   for j in range(j_lo, j_hi, BN):
+    col0 = j + CID * HALF
+    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+    ahead = (row_pre, _tile_cols(stats, col0, m, HALF, PREFETCH))
+    tile = (rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m)
     # one accumulator a segment: chunks 0 | 1 | 2, 3 | 4..7
     d0 = _issue(x_smem, y_smem, ready, it, 0, zs, False, CID, HALF, NB)
     d1 = _issue(x_smem, y_smem, ready, it + 1, 1, zs, False, CID, HALF, NB)
@@ -166,35 +237,25 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
     d1 = d0 + d1
     d2 = d1 + d2
     d3 = d2 + d3
-    col0 = j + CID * HALF
-    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
-    cab, add = _dim(d3, 3, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(d3, 3, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs3 += add
     suffix = cab
     p_smem.index(pb * 4 + 3).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
-    cab, add = _dim(d2, 2, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(d2, 2, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs2 += add
     suffix += cab
     p_smem.index(pb * 4 + 2).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
-    cab, add = _dim(d1, 1, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(d1, 1, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs1 += add
     suffix += cab
     p_smem.index(pb * 4 + 1).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
-    cab, add = _dim(d0, 0, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(d0, 0, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs0 += add
     suffix += cab
     p_smem.index(pb * 4).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
@@ -237,13 +298,7 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
   gl.store(at + BK, (acc1 * out_mult).to(ty), mask=keep)
   gl.store(at + 2 * BK, (acc2 * out_mult).to(ty), mask=keep)
   gl.store(at + 3 * BK, (acc3 * out_mult).to(ty), mask=keep)
-  cs_mult = gl.load(scal_ptr + 2)
-  per_dim = 2 * gl.num_programs(1) * n    # cs [K, 2, splits, n]
-  at = cs_ptr + (CID * gl.num_programs(1) + split) * n + rows
-  gl.store(at, cs0 * cs_mult, mask=in_rows)
-  gl.store(at + per_dim, cs1 * cs_mult, mask=in_rows)
-  gl.store(at + 2 * per_dim, cs2 * cs_mult, mask=in_rows)
-  gl.store(at + 3 * per_dim, cs3 * cs_mult, mask=in_rows)
+  _store_cs(cs_ptr, scal_ptr, (cs0, cs1, cs2, cs3), rows, in_rows, n, CID)
 
 
 @gluon.jit
@@ -254,7 +309,7 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
                          BK: gl.constexpr, D: gl.constexpr, NB: gl.constexpr,
                          NP: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
                          EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr,
-                         TWO_ACC: gl.constexpr):
+                         PREFETCH: gl.constexpr, TWO_ACC: gl.constexpr):
   """``direct``: each dim's coefficients as soon as its prefix dot is complete (under
   the next chunk's wgmma), stored unsummed, c^k a b, into P^k; then chunk c of dx takes
   sum_{k: m_k > 64 c} P^k @ y_c (15 chunk products a tile instead of 8, no suffix tiles
@@ -272,6 +327,9 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
   col_off = gl.load(off_ptr + 1)
   rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
   in_rows = rows < n
+  stats = (xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
+           yb_ptr)
+  row_pre = _row_pre(stats, rows, in_rows, n, BM, PREFETCH)
   zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
   cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
   cs1 = cs0
@@ -287,24 +345,22 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
   for j in range(j_lo, j_hi, BN):
     col0 = j + CID * HALF
     cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+    ahead = (row_pre, _tile_cols(stats, col0, m, HALF, PREFETCH))
+    tile = (rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m)
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
     d0 = _issue(x_smem, y_smem, ready, it, 0, zs, False, CID, HALF, NB)
     d1 = _issue(x_smem, y_smem, ready, it + 1, 1, zs, False, CID, HALF, NB)
     d0 = _retire(empty, it, d0, NB)
-    cab, add = _dim(d0, 0, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(d0, 0, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs0 += add
     p_smem.index(pb * 4).slice(CID * HALF, HALF, dim=1).store(cab.to(p_smem.dtype))
     d2 = _issue(x_smem, y_smem, ready, it + 2, 2, zs, False, CID, HALF, NB)
     d1 = _retire(empty, it + 1, d1, NB)
     pre = d0 + d1
-    cab, add = _dim(pre, 1, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(pre, 1, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs1 += add
     p_smem.index(pb * 4 + 1).slice(CID * HALF, HALF, dim=1).store(cab.to(p_smem.dtype))
     d2 = _issue(x_smem, y_smem, ready, it + 3, 3, d2, True, CID, HALF, NB)
@@ -312,10 +368,8 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
     d3 = _issue(x_smem, y_smem, ready, it + 4, 4, zs, False, CID, HALF, NB)
     d2 = _retire(empty, it + 3, d2, NB)
     pre = pre + d2
-    cab, add = _dim(pre, 2, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(pre, 2, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs2 += add
     p_smem.index(pb * 4 + 2).slice(CID * HALF, HALF, dim=1).store(cab.to(p_smem.dtype))
     for k in gl.static_range(5, 8):
@@ -324,10 +378,8 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
     d3 = warpgroup_mma_wait(num_outstanding=0, deps=(d3,))
     mbarrier.arrive(empty.index((it + 7) % NB))
     pre = pre + d3
-    cab, add = _dim(pre, 3, rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m,
-                    xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
-                    thr_c_ptr, xb_ptr, yb_ptr, BM, HALF, ROW_THR, COL_THR, EXCLUDE_SELF,
-                    HAS_MASK)
+    cab, add = _dim(pre, 3, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
+                    EXCLUDE_SELF, HAS_MASK, PREFETCH)
     cs3 += add
     p_smem.index(pb * 4 + 3).slice(CID * HALF, HALF, dim=1).store(cab.to(p_smem.dtype))
     fence_async_shared()
@@ -386,13 +438,17 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
     if not TWO_ACC:
       gl.store(at + 6 * BK, (acc2 * out_mult).to(ty), mask=keep)
       gl.store(at + 7 * BK, (acc3 * out_mult).to(ty), mask=keep)
+  _store_cs(cs_ptr, scal_ptr, (cs0, cs1, cs2, cs3), rows, in_rows, n, CID)
+
+
+@gluon.jit
+def _store_cs(cs_ptr, scal_ptr, cs, rows, in_rows, n, CID: gl.constexpr):
+  """A group's four dims' sums of c s (times g_max) into cs [K, 2, splits, n]."""
   cs_mult = gl.load(scal_ptr + 2)
-  per_dim = 2 * gl.num_programs(1) * n    # cs [K, 2, splits, n]
-  at = cs_ptr + (CID * gl.num_programs(1) + split) * n + rows
-  gl.store(at, cs0 * cs_mult, mask=in_rows)
-  gl.store(at + per_dim, cs1 * cs_mult, mask=in_rows)
-  gl.store(at + 2 * per_dim, cs2 * cs_mult, mask=in_rows)
-  gl.store(at + 3 * per_dim, cs3 * cs_mult, mask=in_rows)
+  per_dim = 2 * gl.num_programs(1) * n
+  at = cs_ptr + (CID * gl.num_programs(1) + gl.program_id(1).to(gl.int64)) * n + rows
+  for k in gl.static_range(4):
+    gl.store(at + k * per_dim, cs[k] * cs_mult, mask=in_rows)
 
 
 @gluon.jit
@@ -414,7 +470,8 @@ def _mrl_bwd_gluon_kernel(
     dx_ptr,                    # [splits, n, D]
     cs_ptr,                    # [K, 2, splits, n] fp32, per consumer group
     D: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
-    EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr, DIRECT: gl.constexpr = False, TWO_ACC: gl.constexpr = False,
+    EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr, DIRECT: gl.constexpr = False,
+    TWO_ACC: gl.constexpr = False, PREFETCH: gl.constexpr = False,
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -447,12 +504,12 @@ def _mrl_bwd_gluon_kernel(
                          off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
                          xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                          0, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK, TWO_ACC)),
+                         HAS_MASK, PREFETCH, TWO_ACC)),
         (_mrl_consumer_direct, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                          off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
                          xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                          1, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK, TWO_ACC)),
+                         HAS_MASK, PREFETCH, TWO_ACC)),
         (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                     BK, KCH, NUM_BUF)),
     ], [4, 1], [248, 24])
@@ -462,12 +519,12 @@ def _mrl_bwd_gluon_kernel(
                          off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
                          xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                          0, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK)),
+                         HAS_MASK, PREFETCH)),
         (_mrl_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                          off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
                          xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                          1, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK)),
+                         HAS_MASK, PREFETCH)),
         (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                     BK, KCH, NUM_BUF)),
     ], [4, 1], [248, 24])
@@ -595,10 +652,11 @@ def reference_one(x, y, scale2, xt, yt, t, g_r, g_c, rows):
 # Without a GPU: compile for sm_90
 
 
-VARIANTS = {"plain": (lambda d: d == 512,), "mrl_direct": (lambda d: d == 512,),
-            "mrl_suffix": (lambda d: d == 512,), "mrl_direct_two_acc": (lambda d: d == 512,)}
 KERNEL_FLAGS = {"mrl_direct": dict(DIRECT=True), "mrl_suffix": {},
-                "mrl_direct_two_acc": dict(DIRECT=True, TWO_ACC=True)}
+                "mrl_direct_two_acc": dict(DIRECT=True, TWO_ACC=True),
+                "mrl_direct_prefetch": dict(DIRECT=True, PREFETCH=True),
+                "mrl_suffix_prefetch": dict(PREFETCH=True)}
+VARIANTS = {v: (lambda d: d == 512,) for v in ("plain", *KERNEL_FLAGS)}
 
 
 def compile_only(a):
