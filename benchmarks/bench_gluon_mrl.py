@@ -214,10 +214,7 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P set t % NP)
   for j in range(j_lo, j_hi, BN):
-    col0 = j + CID * HALF
-    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
-    ahead = (row_pre, _tile_cols(stats, col0, m, HALF, PREFETCH))
-    tile = (rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m)
+    col_pre = _tile_cols(stats, j + CID * HALF, m, HALF, PREFETCH)   # (before the wgmmas)
     # one accumulator a segment: chunks 0 | 1 | 2, 3 | 4..7
     d0 = _issue(x_smem, y_smem, ready, it, 0, zs, False, CID, HALF, NB)
     d1 = _issue(x_smem, y_smem, ready, it + 1, 1, zs, False, CID, HALF, NB)
@@ -237,6 +234,10 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
     d1 = d0 + d1
     d2 = d1 + d2
     d3 = d2 + d3
+    col0 = j + CID * HALF
+    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+    ahead = (row_pre, col_pre)
+    tile = (rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m)
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
     cab, add = _dim(d3, 3, ahead, tile, stats, BM, HALF, ROW_THR, COL_THR,
