@@ -37,9 +37,10 @@ Variants:
   (a, lse, g; b, g_c) after the tile's S, four dims a tile, and both groups wait on the
   loads (P is shared): with every pass in the library's plain Gluon kernel, CLIP's step
   took 56.3 ms with the column statistics loaded after S and 42.0 with them loaded before
-  the tile's wgmmas (benchmarks/NOTES.md, 2026-12-03 runs 2-3). Here the rows' are loaded once, before
-  the column loop, and the tile's columns' before its wgmmas, one register a vector
-  (``_tile_cols``), converted to the accumulator's layout at their use.
+  the tile's wgmmas (benchmarks/NOTES.md, 2026-12-03 runs 2-3). Here the rows' are
+  loaded once, before the column loop, and the tile's columns' before its wgmmas, one
+  register a vector (``_tile_cols``), converted to the accumulator's layout at their
+  use.
 
 Measured (one H200, B = 65536, jax-triton 0.4.1 + Triton 3.9; h200_gluon_mrl.csv):
 ``plain`` 15.97 ms; ``mrl_direct`` 62.13 (888 B of spills), ``mrl_suffix`` 73.13 (1304
@@ -88,6 +89,11 @@ DIMS = (64, 128, 256, 512)
 BM, BN, BK, D = 64, 64, 64, 512
 NUM_BUF = gl.constexpr(12)
 NUM_P = gl.constexpr(2)
+# a consumer group's S [BM, BN / 2] and dx chunk [BM, BK] (wgmma accumulators)
+S_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BN // 2, 16]))
+O_LAYOUT = gl.constexpr(gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                  instr_shape=[16, BK, 16]))
 
 
 @gluon.jit
@@ -180,36 +186,34 @@ def _col_dim(stats, k: gl.constexpr, cols, m):
 
 
 @gluon.jit
+def _start(scal_ptr, off_ptr, stats, row0, n, BM: gl.constexpr, BN: gl.constexpr,
+           BK: gl.constexpr, PREFETCH: gl.constexpr):
+  """What both consumers start from: scale2, the offsets, the program's rows (and their
+  statistics where PREFETCH), and zeros for S, the sums of c s and dx's accumulators."""
+  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, S_LAYOUT))
+  in_rows = rows < n
+  return (gl.load(scal_ptr), gl.load(off_ptr), gl.load(off_ptr + 1), rows, in_rows,
+          _row_pre(stats, rows, in_rows, n, BM, PREFETCH),
+          gl.zeros([BM, BN // 2], gl.float32, layout=S_LAYOUT),
+          gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, S_LAYOUT)),
+          gl.zeros([BM, BK], gl.float32, layout=O_LAYOUT))
+
+
+@gluon.jit
 def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                  off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xt_ptr,
-                  yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
+                  off_ptr, stats, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                   CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                   D: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr, ROW_THR: gl.constexpr,
                   COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, HAS_MASK: gl.constexpr,
                   PREFETCH: gl.constexpr):
   """The suffix sums' consumer (see the module's ``mrl_suffix``); PREFETCH: ``_dim``'s."""
   HALF: gl.constexpr = BN // 2
-  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
-  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
-  scale2 = gl.load(scal_ptr)
-  row_off = gl.load(off_ptr)
-  col_off = gl.load(off_ptr + 1)
-  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-  in_rows = rows < n
-  stats = (xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
-           yb_ptr)
-  row_pre = _row_pre(stats, rows, in_rows, n, BM, PREFETCH)
-  zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
-  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
-  cs1 = cs0
-  cs2 = cs0
-  cs3 = cs0
-  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
-  acc1 = acc0
-  acc2 = acc0
-  acc3 = acc0
+  s_layout: gl.constexpr = S_LAYOUT
+  o_layout: gl.constexpr = O_LAYOUT
+  scale2, row_off, col_off, rows, in_rows, row_pre, zs, cs0, acc0 = _start(
+      scal_ptr, off_ptr, stats, row0, n, BM, BN, BK, PREFETCH)
+  cs1, cs2, cs3 = cs0, cs0, cs0
+  acc1, acc2, acc3 = acc0, acc0, acc0
   mbarrier.wait(x_bar, 0)
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P set t % NP)
@@ -303,9 +307,8 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
 
 
 @gluon.jit
-def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                         off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-                         xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
+def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
+                         scal_ptr, off_ptr, stats, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
                          CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                          BK: gl.constexpr, D: gl.constexpr, NB: gl.constexpr,
                          NP: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
@@ -319,27 +322,12 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
   TWO_ACC (a timing bound, not a gradient): only each group's first two chunks of dx
   (two accumulators: ptxas spills none), the rest left unwritten."""
   HALF: gl.constexpr = BN // 2
-  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
-  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
-  scale2 = gl.load(scal_ptr)
-  row_off = gl.load(off_ptr)
-  col_off = gl.load(off_ptr + 1)
-  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-  in_rows = rows < n
-  stats = (xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
-           yb_ptr)
-  row_pre = _row_pre(stats, rows, in_rows, n, BM, PREFETCH)
-  zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
-  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
-  cs1 = cs0
-  cs2 = cs0
-  cs3 = cs0
-  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
-  acc1 = acc0
-  acc2 = acc0
-  acc3 = acc0
+  s_layout: gl.constexpr = S_LAYOUT
+  o_layout: gl.constexpr = O_LAYOUT
+  scale2, row_off, col_off, rows, in_rows, row_pre, zs, cs0, acc0 = _start(
+      scal_ptr, off_ptr, stats, row0, n, BM, BN, BK, PREFETCH)
+  cs1, cs2, cs3 = cs0, cs0, cs0
+  acc1, acc2, acc3 = acc0, acc0, acc0
   mbarrier.wait(x_bar, 0)
   it = 0
   t = 0
@@ -499,33 +487,31 @@ def _mrl_bwd_gluon_kernel(
   for i in gl.static_range(NUM_P):
     mbarrier.init(p_full.index(i), count=2)
     mbarrier.init(p_free.index(i), count=2)
+  stats = (xt_ptr, yt_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
+           yb_ptr)
   if DIRECT:
     gl.warp_specialize([
-        (_mrl_consumer_direct, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                         off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-                         xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
-                         0, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK, PREFETCH, TWO_ACC)),
-        (_mrl_consumer_direct, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                         off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-                         xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
-                         1, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK, PREFETCH, TWO_ACC)),
+        (_mrl_consumer_direct, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
+                                scal_ptr, off_ptr, stats, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
+                                0, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR,
+                                EXCLUDE_SELF, HAS_MASK, PREFETCH, TWO_ACC)),
+        (_mrl_consumer_direct, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
+                                scal_ptr, off_ptr, stats, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
+                                1, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR,
+                                EXCLUDE_SELF, HAS_MASK, PREFETCH, TWO_ACC)),
         (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                     BK, KCH, NUM_BUF)),
     ], [4, 1], [248, 24])
   else:
     gl.warp_specialize([
         (_mrl_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                         off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-                         xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
-                         0, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK, PREFETCH)),
+                         off_ptr, stats, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK,
+                         D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK,
+                         PREFETCH)),
         (_mrl_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
-                         off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-                         xt_ptr, yt_ptr, xb_ptr, yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr,
-                         1, BM, BN, BK, D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF,
-                         HAS_MASK, PREFETCH)),
+                         off_ptr, stats, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK,
+                         D, NUM_BUF, NUM_P, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK,
+                         PREFETCH)),
         (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                     BK, KCH, NUM_BUF)),
     ], [4, 1], [248, 24])
