@@ -208,8 +208,6 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
                   PREFETCH: gl.constexpr):
   """The suffix sums' consumer (see the module's ``mrl_suffix``); PREFETCH: ``_dim``'s."""
   HALF: gl.constexpr = BN // 2
-  s_layout: gl.constexpr = S_LAYOUT
-  o_layout: gl.constexpr = O_LAYOUT
   scale2, row_off, col_off, rows, in_rows, row_pre, zs, cs0, acc0 = _start(
       scal_ptr, off_ptr, stats, row0, n, BM, BN, BK, PREFETCH)
   cs1, cs2, cs3 = cs0, cs0, cs0
@@ -239,7 +237,7 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
     d2 = d1 + d2
     d3 = d2 + d3
     col0 = j + CID * HALF
-    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, S_LAYOUT))
     ahead = (row_pre, col_pre)
     tile = (rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m)
     pb = t % NP
@@ -293,8 +291,8 @@ def _mrl_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, s
     it += 8
     t += 1
   out_mult = gl.load(scal_ptr + 1)
-  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
-  feats = CID * 4 * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, o_layout))
+  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, O_LAYOUT))
+  feats = CID * 4 * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, O_LAYOUT))
   split = gl.program_id(1).to(gl.int64)
   at = dx_ptr + (split * n + gl.expand_dims(orows, 1)) * D + gl.expand_dims(feats, 0)
   keep = gl.expand_dims(orows < n, 1) & gl.expand_dims(feats < D, 0)
@@ -322,8 +320,6 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
   TWO_ACC (a timing bound, not a gradient): only each group's first two chunks of dx
   (two accumulators: ptxas spills none), the rest left unwritten."""
   HALF: gl.constexpr = BN // 2
-  s_layout: gl.constexpr = S_LAYOUT
-  o_layout: gl.constexpr = O_LAYOUT
   scale2, row_off, col_off, rows, in_rows, row_pre, zs, cs0, acc0 = _start(
       scal_ptr, off_ptr, stats, row0, n, BM, BN, BK, PREFETCH)
   cs1, cs2, cs3 = cs0, cs0, cs0
@@ -333,7 +329,7 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
   t = 0
   for j in range(j_lo, j_hi, BN):
     col0 = j + CID * HALF
-    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, S_LAYOUT))
     ahead = (row_pre, _tile_cols(stats, col0, m, HALF, PREFETCH))
     tile = (rows, in_rows, cols, row0, col0, scale2, row_off, col_off, n, m)
     pb = t % NP
@@ -409,8 +405,8 @@ def _mrl_consumer_direct(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_
     it += 8
     t += 1
   out_mult = gl.load(scal_ptr + 1)
-  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
-  feats = gl.arange(0, BK, layout=gl.SliceLayout(0, o_layout))
+  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, O_LAYOUT))
+  feats = gl.arange(0, BK, layout=gl.SliceLayout(0, O_LAYOUT))
   split = gl.program_id(1).to(gl.int64)
   at = dx_ptr + (split * n + gl.expand_dims(orows, 1)) * D + gl.expand_dims(feats, 0)
   keep = gl.expand_dims(orows < n, 1) & gl.expand_dims(feats < BK, 0)
