@@ -77,6 +77,17 @@ def compile_library_gradient(dtype: str, constexprs: dict) -> dict:
                           dict(dx_ptr="float16" if constexprs.get("SCALED") else dtype))
 
 
+def library_gradient_outputs(n: int, d: int, dtype) -> list:
+  """The library's Gluon gradient kernel's outputs for one split, none of WANT_SUM /
+  WANT_MAX / SCALED: dx [1, n, d], the groups' c s sums [2, 1, n], and the 1-element
+  stand-ins for sum_ptr, max_ptr and big_ptr (jax-triton wants one per output pointer)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  one = jax.ShapeDtypeStruct((1,), jnp.float32)
+  return [jax.ShapeDtypeStruct((1, n, d), dtype), jax.ShapeDtypeStruct((2, 1, n), jnp.float32),
+          one, one, one]
+
+
 def compile_library_forward(dtype: str, constexprs: dict) -> dict:
   """The library's Gluon forward kernel (``stats_gluon._lse_fwd_gluon_kernel``), as
   ``compile_library_gradient``."""

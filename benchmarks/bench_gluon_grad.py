@@ -82,7 +82,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 
 from benchmarks._gluon import (compile_library_gradient, compile_rows, compile_sm90,
-                               compiled_via, guarded, is_gluon, layout, main)
+                               compiled_via, guarded, is_gluon, layout,
+                               library_gradient_outputs, main)
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_ws_gradient import reference, row_lse2
 from memeff_jax import _compat
@@ -305,10 +306,9 @@ def launch(x, y, scale2, lse, g, variant):
     dx, cs = _compat.triton_call(
         *library_args(x, y, scal, jnp.zeros((2,), jnp.int32), lse, g, dummy), n,
         y.shape[0], y.shape[0], kernel=grad_gluon._lse_bwd_gluon_kernel,
-        out_shapes=[jax.ShapeDtypeStruct((1, n, d), x.dtype),
-                    jax.ShapeDtypeStruct((2, 1, n), f32)],
+        out_shapes=library_gradient_outputs(n, d, x.dtype),
         grid=(n // grad_gluon.BLOCK_M, 1), name="gluon_grad_library", num_warps=4,
-        num_stages=1, **LIT_PASS)
+        num_stages=1, **LIT_PASS)[:2]
     return dx[0], jnp.sum(cs, axis=(0, 1))
   kernel, bm, bn, bk, warps, stages, extra = _tiles(variant, d)
   if is_gluon(kernel):   # host descriptors carrying Gluon's shared layout

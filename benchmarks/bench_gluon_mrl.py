@@ -76,7 +76,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
+from benchmarks._gluon import (compile_rows, compile_sm90, compiled_via, guarded, layout,
+                               library_gradient_outputs, main)
 from benchmarks._harness import clip_pairs, time_jax
 from memeff_jax import _compat
 from memeff_jax.backends.triton import grad_gluon
@@ -570,9 +571,7 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
         _compat.Tiles(y, (grad_gluon.BLOCK_N, grad_gluon.BLOCK_K), gluon=True), scal, off,
         t[3], g_r[3], dummy, dummy, g_c[3], dummy, dummy, dummy, n, n, n,
         kernel=grad_gluon._lse_bwd_gluon_kernel,
-        out_shapes=[jax.ShapeDtypeStruct((1, n, d), x.dtype),
-                    jax.ShapeDtypeStruct((2, 1, n), f32), jax.ShapeDtypeStruct((1,), f32),
-                    jax.ShapeDtypeStruct((1,), f32)],
+        out_shapes=library_gradient_outputs(n, d, x.dtype),
         grid=(n // grad_gluon.BLOCK_M, 1), name="gluon_mrl_plain", num_warps=4, num_stages=1,
         D=512, HAS_ROW=True, HAS_COL=True, ROW_THR=False, COL_THR=False, EXCLUDE_SELF=True,
         WANT_CS=True, HAS_MASK=False, SHARED=True)[:2]

@@ -6,6 +6,7 @@ milliseconds per step and launches per step, largest first. The Triton kernels k
 their Python names; cuBLAS's are ``nvjet_*`` and XLA's own fusions ``*_fusion*``.
 
   python benchmarks/profile_kernels.py --batch 65536 --losses siglip,clip --out prof.txt
+  python benchmarks/profile_kernels.py --losses clip,clip_mrl --dim 512   # dims 64 ... 512
 """
 
 from __future__ import annotations
@@ -21,16 +22,19 @@ import jax
 import jax.numpy as jnp
 
 import memeff_jax as mj
+from benchmarks.bench_losses import ladder
 
 REPS = 3
 
 
-def _step(name):
+def _step(name, dim):
   if name == "siglip":   # learned temperature and bias, as big_vision trains them
     loss = lambda x, y, t, b: mj.siglip_loss(x, y, temperature=t, bias=b, backend="triton")
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
-  fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss}[name]
-  loss = lambda x, y, t, b: fn(x, y, temperature=t, backend="triton")
+  base, _, mrl = name.partition("_")   # "<loss>_mrl": dims D/8, D/4, D/2, D
+  fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss}[base]
+  kw = dict(matryoshka_dims=ladder(dim)) if mrl == "mrl" else {}
+  loss = lambda x, y, t, b: fn(x, y, temperature=t, backend="triton", **kw)
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
 
 
@@ -63,7 +67,7 @@ def main(argv=None):
   args = (x, y, jnp.float32(0.1), jnp.float32(-10.0))
   lines = []
   for name in a.losses.split(","):
-    step = _step(name)
+    step = _step(name, a.dim)
     for _ in range(REPS):
       jax.block_until_ready(step(*args))
     with tempfile.TemporaryDirectory() as d:

@@ -462,10 +462,10 @@ def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
 @pytest.mark.parametrize("gluon", [False, True])
 def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
   # Where the Gluon Hopper kernels can be launched (stood in for here), a default step's
-  # bounded forward at d = 128, 256 and 512 (16-bit) is stats_gluon's kernel, on 128 x 128
+  # bounded forward at d = 64, 128, 256 and 512 (16-bit) is stats_gluon's kernel, on 128 x 128
   # tiles of 64 features through descriptors with Gluon's layout, both sides (CLIP) or
   # the rows' (LiT, Qwen3), the maxima only where the stats are asked for; the exact
-  # forward it falls back to stays the Triton kernel. None at d = 64 or 1024, in fp32, for
+  # forward it falls back to stays the Triton kernel. None at d = 32 or 1024, in fp32, for
   # SigLIP, for a Matryoshka block in one launch, with fwd_gluon=False; without the
   # kernels, none. Shapes only (the launches are recorded).
   seen = []
@@ -487,7 +487,7 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
 
   on = (((128, 64), True), ((128, 64), True))
   for d, (fn, two, stats) in itertools.product(
-      (128, 256, 512), ((mj.clip_loss, True, False), (mj.lit_loss, False, False),
+      (64, 128, 256, 512), ((mj.clip_loss, True, False), (mj.lit_loss, False, False),
                    (mj.qwen3_loss, False, False), (mj.clip_loss_with_stats, True, True))):
     bounded = {(n, two_sided, want_max, tiles) for n, b, two_sided, want_max, tiles
                in step(fn, d) if b}
@@ -495,7 +495,7 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
         ("memeff/tile_lse_fwd", two, stats, ())}
     assert bounded == want, (d, fn, bounded)
   off = lambda got: got and all(n == "memeff/tile_lse_fwd" for n, *_ in got)
-  assert off(step(mj.clip_loss, 64)) and off(step(mj.clip_loss, 1024))
+  assert off(step(mj.clip_loss, 32)) and off(step(mj.clip_loss, 1024))
   assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.clip_loss, 512, jnp.float32))
   assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.siglip_loss, 512))
   assert off(step(mj.clip_loss, 512, matryoshka_dims=(128, 512), matryoshka_per_dim=False))

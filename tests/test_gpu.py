@@ -654,11 +654,11 @@ def test_rows_in_forward_triton_kernel(monkeypatch, family, d, b, masked, t):
 
 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
-@pytest.mark.parametrize("d", [128, 256, 512])
+@pytest.mark.parametrize("d", [64, 128, 256, 512])
 @pytest.mark.parametrize("b,masked,dtype", [(2085, False, jnp.bfloat16), (300, True, jnp.float16)])
 def test_gluon_forward_triton(monkeypatch, family, d, b, masked, dtype):
-  # The bounded forward as stats_gluon's warp-specialized kernel (the defaults at d = 128,
-  # 256 and 512 where jax-triton >= 0.4 runs on Hopper): the loss and its gradients against
+  # The bounded forward as stats_gluon's warp-specialized kernel (the defaults at d = 64,
+  # 128, 256 and 512 where jax-triton >= 0.4 runs on Hopper): the loss and its gradients against
   # the float64 reference, and with_stats' log-sum-exps of every kept row and column and
   # its in-batch accuracies (the maxima) against those of the Triton forward on the same
   # inputs (fwd_gluon=False: the same 16-bit rounding before the GEMM; only fp32 summation

@@ -14,8 +14,10 @@ from memeff_jax.config.smem import TILED_FORWARD, fit_smem, pow2
 # Gluon Hopper kernels can be launched. B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd,
 # against the Triton forward: CLIP D = 512 42.1 -> 40.6 ms, LiT 24.8 -> 23.6, Qwen3 43.8 ->
 # 42.5; D = 256 CLIP 21.3 -> 19.5, LiT 12.1 -> 10.7; D = 128 CLIP 13.2 -> 11.6, LiT 7.2 ->
-# 6.5 (h200_gluon_fwd_lib.csv runs 3 and 4). Above 512, x's rows do not fit shared memory.
-GLUON_FWD = (128, 256, 512)
+# 6.5 (h200_gluon_fwd_lib.csv runs 3 and 4); D = 64 CLIP 9.89 -> 8.80, LiT 2.90 -> 2.77
+# (forward alone: CLIP 4.08 -> 2.98; h200_jt04_d64.csv, Matryoshka's smallest per-dim
+# block at D = 512). Above 512, x's rows do not fit shared memory.
+GLUON_FWD = (64, 128, 256, 512)
 
 
 def default_config(d: int, dtype, *, interpret: bool = False,
@@ -48,7 +50,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   16-bit FlashAttention-shaped gradient at d = 512 then runs as ``grad_gluon``'s
   warp-specialized kernel (``BwdTiles.gluon``, set at d_pad = 512: other sizes keep the
   Triton kernel; 224 KiB of shared memory a block), and the 16-bit bounded forward at
-  d_pad = 128, 256 and 512 as ``stats_gluon``'s (``FwdTiles.gluon``; ``GLUON_FWD``).
+  d_pad = 64 to 512 as ``stats_gluon``'s (``FwdTiles.gluon``; ``GLUON_FWD``).
   """
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
