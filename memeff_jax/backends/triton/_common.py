@@ -241,7 +241,8 @@ def coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r
                 HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr, ROW_THR: tl.constexpr,
                 COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr, HAS_MASK: tl.constexpr,
                 SHARED: tl.constexpr, TILE_SHIFT: tl.constexpr = False,
-                SPAN: tl.constexpr = None, SIGMOID: tl.constexpr = False, sbias=0.0):
+                SPAN: tl.constexpr = None, SIGMOID: tl.constexpr = False, sbias=0.0,
+                bias_r=None, bias_c=None):
   """The softmax coefficient tile of the gradient, fp32 [BLOCK_M, BLOCK_N]:
 
       c_ij = g_r_i keep^r_ij 2^(z_ij - lse_r_i) + g_c_j keep^c_ij 2^(z_ij - lse_c_j)
@@ -258,10 +259,14 @@ def coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r
   ``load_bias`` (0 kept, -inf removed), added to the exponents, drop the other side:
   the column bias in the row role, the row bias in the column role, both where one
   exponential serves both. Every exponent is then finite or -inf (no NaN), and no
-  mask is tested per entry. The biases are loaded at their use (loaded ahead of the
-  column loop, the masks lengthened the FlashAttention-shaped gradient's live ranges:
-  on an H200, CLIP at B = 65536, D = 512 with ``where`` took 61.5 instead of 52.4 ms;
-  benchmarks/NOTES.md, 1985f8c).
+  mask is tested per entry. The Triton kernels leave the biases to be loaded here, at
+  their use (loaded ahead of the column loop, the masks lengthened the
+  FlashAttention-shaped gradient's live ranges: on an H200, CLIP at B = 65536, D = 512
+  with ``where`` took 61.5 instead of 52.4 ms; benchmarks/NOTES.md, 1985f8c).
+  ``grad_gluon`` passes them loaded (``bias_r`` [BLOCK_M] once, ``bias_c`` [BLOCK_N]
+  before the tile's wgmmas), as it does the column statistics: loaded here, after S,
+  their latency held up both consumer groups (P is shared), tile after tile (CLIP
+  with ``where`` 55.9 ms against 40.1 unmasked; benchmarks/NOTES.md, 2026-12-04).
 
   SHARED (both roles): the launcher has rebased both roles on one shift t, passed as
   every row's lse (g_r, g_c then hold g 2^(t - lse); lse_c is not read), so one
@@ -281,8 +286,12 @@ def coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r
   """
   z = s * scale2
   if HAS_MASK:   # (b_r, b_c exist only here and under HAS_MASK below)
-    b_r = load_bias(xb_ptr, rows, HAS_MASK)[:, None]
-    b_c = load_bias(yb_ptr, cols, HAS_MASK)[None, :]
+    if bias_r is None:
+      bias_r = load_bias(xb_ptr, rows, HAS_MASK)
+    if bias_c is None:
+      bias_c = load_bias(yb_ptr, cols, HAS_MASK)
+    b_r = bias_r[:, None]
+    b_c = bias_c[None, :]
   if SIGMOID:
     u = z * 0.6931471805599453 + sbias
     if HAS_MASK:

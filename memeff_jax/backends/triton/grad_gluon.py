@@ -13,8 +13,9 @@ computed twice, and one group's exponentials run under the other's wgmma. A ring
 is freed by the other group's S and its owner's P @ y (two arrivals).
 
 A pass with the columns' softmax loads each tile's column statistics (``col_stats``)
-before the tile's wgmma: loaded after S, where the coefficient reads them, their latency
-stalled both groups (P is shared), tile after tile.
+before the tile's wgmma, and ``where``'s biases too (the rows' once): loaded after S,
+where the coefficient reads them, their latency stalled both groups (P is shared), tile
+after tile.
 
 With every row's lse replaced by the bounded forward's shift, and the rows' sums of c
 (and largest kept s) stored too, the same kernel is a one-sided block's forward that
@@ -32,7 +33,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from memeff_jax.backends.triton._common import coefficient, col_stats, row_stats
+from memeff_jax.backends.triton._common import coefficient, col_stats, load_bias, row_stats
 from memeff_jax.backends.triton.stats_gluon import producer
 
 BLOCK_M = 64                   # rows a program
@@ -72,6 +73,7 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   in_rows = rows < n
   lse_r, g_r, thr_r = row_stats(lse_r_ptr, g_r_ptr, thr_r_ptr, rows, in_rows, BM, HAS_ROW,
                                 ROW_THR)
+  bias_r = load_bias(xb_ptr, rows, HAS_MASK)
   cs = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
   c_sum = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
   s_max = gl.full([BM], float("-inf"), gl.float32, layout=gl.SliceLayout(1, s_layout))
@@ -82,11 +84,12 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P buffer t % NP)
   for j in range(j_lo, j_hi, BN):
-    # the columns' statistics, loaded while the tile's similarities run
+    # the columns' statistics and ``where`` biases, loaded while the tile's similarities run
     col0 = j + CID * HALF
     cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
     lse_c, g_c, thr_c = col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL, COL_THR,
                                   SHARED)
+    bias_c = load_bias(yb_ptr, cols, HAS_MASK)
     for k in gl.static_range(KCH):   # S half = x y[half]^T over the chunks
       slot = (it + k) % NB
       mbarrier.wait(ready.index(slot), ((it + k) // NB) & 1)
@@ -101,7 +104,8 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
       mbarrier.arrive(empty.index((it + KCH - 1) % NB))
     c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
                     thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BM, HALF, HAS_ROW, HAS_COL,
-                    ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED)
+                    ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED, bias_r=bias_r,
+                    bias_c=bias_c)
     if WANT_CS:
       cs += gl.sum(c * s, axis=1)
     if WANT_SUM:
