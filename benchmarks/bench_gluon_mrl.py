@@ -47,8 +47,10 @@ Measured (one H200, B = 65536, jax-triton 0.4.1 + Triton 3.9; h200_gluon_mrl.csv
 B), both within 3.2e-3 of float32; ``mrl_direct_two_acc`` 48.48 (16 B). One fused pass
 costs 3.9x the plain one, more than the per-dim passes it would replace: the four
 dims' epilogues on 64 x 64 tiles, not the spills, bound it (docs/notes/matryoshka.md).
-The ``*_prefetch`` variants are compiled but not yet timed (2026-12-04, sm_90 on the CPU:
-760 / 1080 B of spill stores against 888 / 1300, the same 224.5 KiB of shared memory).
+With the statistics loaded ahead (760 / 1080 B of spill stores against 888 / 1300, the
+same 224.5 KiB of shared memory): ``mrl_direct_prefetch`` 55.46 ms, ``mrl_suffix_prefetch``
+61.81, against 60.62 / 71.86 and ``plain`` 16.03 in the same call (2026-12-04): not the
+loads either.
 
 Each variant is checked against float32 jnp on the first 512 rows (dx's error over
 max |dx|, cs's likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5 (every
