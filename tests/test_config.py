@@ -450,6 +450,12 @@ def test_gluon_gradient_where_the_defaults_take_it(monkeypatch, gluon):
   assert off(step(mj.clip_loss, 512, jnp.float32))
   assert not any(n == "memeff/lse_bwd_gluon" for n, *_ in step(mj.siglip_loss, 512))
   assert off(step(mj.clip_loss, 512, matryoshka_dims=(128, 512), matryoshka_per_dim=False))
+  # one plain block per dim (the 16-bit default): each dim's forward, d = 64 included
+  # (traced afresh: the plain steps above left each dim's block in jit's caches)
+  jax.clear_caches()
+  per_dim = [n for n, b, *_ in step(mj.clip_loss, 512, matryoshka_dims=(64, 128, 256, 512))
+             if b]
+  assert per_dim == ["memeff/lse_fwd_gluon" if gluon else "memeff/tile_lse_fwd"] * 4, per_dim
   if gluon:   # the documents' pass of Qwen3 turned off by its RoleTiles
     cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
     cfg = cfg.evolve(bwd=dict(col_role=dataclasses.replace(cfg.bwd.col_role, gluon=False)))
@@ -465,9 +471,10 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
   # bounded forward at d = 64, 128, 256 and 512 (16-bit) is stats_gluon's kernel, on 128 x 128
   # tiles of 64 features through descriptors with Gluon's layout, both sides (CLIP) or
   # the rows' (LiT, Qwen3), the maxima only where the stats are asked for; the exact
-  # forward it falls back to stays the Triton kernel. None at d = 32 or 1024, in fp32, for
-  # SigLIP, for a Matryoshka block in one launch, with fwd_gluon=False; without the
-  # kernels, none. Shapes only (the launches are recorded).
+  # forward it falls back to stays the Triton kernel; every dim's of a fused Matryoshka
+  # loss run per dim (dims 64 to 512). None at d = 32 or 1024, in fp32, for SigLIP, for a
+  # Matryoshka block in one launch, with fwd_gluon=False; without the kernels, none.
+  # Shapes only (the launches are recorded).
   seen = []
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
@@ -499,6 +506,12 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
   assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.clip_loss, 512, jnp.float32))
   assert not any(n == "memeff/lse_fwd_gluon" for n, *_ in step(mj.siglip_loss, 512))
   assert off(step(mj.clip_loss, 512, matryoshka_dims=(128, 512), matryoshka_per_dim=False))
+  # one plain block per dim (the 16-bit default): each dim's forward, d = 64 included
+  # (traced afresh: the plain steps above left each dim's block in jit's caches)
+  jax.clear_caches()
+  per_dim = [n for n, b, *_ in step(mj.clip_loss, 512, matryoshka_dims=(64, 128, 256, 512))
+             if b]
+  assert per_dim == ["memeff/lse_fwd_gluon" if gluon else "memeff/tile_lse_fwd"] * 4, per_dim
   cfg = launch.TritonBackend().default_config(512, jnp.bfloat16)
   assert off(step(mj.clip_loss, 512, config=cfg.evolve(fwd=dict(gluon=False))))
   launch.resolve_plan.cache_clear()
