@@ -31,9 +31,9 @@ def _step(name, dim):
   if name == "siglip":   # learned temperature and bias, as big_vision trains them
     loss = lambda x, y, t, b: mj.siglip_loss(x, y, temperature=t, bias=b, backend="triton")
     return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2, 3)))
-  base, _, mrl = name.partition("_")   # "<loss>_mrl": dims D/8, D/4, D/2, D
+  base = name.removesuffix("_mrl")   # "<loss>_mrl": dims D/8, D/4, D/2, D
   fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss}[base]
-  kw = dict(matryoshka_dims=ladder(dim)) if mrl == "mrl" else {}
+  kw = dict(matryoshka_dims=ladder(dim)) if base != name else {}
   loss = lambda x, y, t, b: fn(x, y, temperature=t, backend="triton", **kw)
   return jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
 
