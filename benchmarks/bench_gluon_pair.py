@@ -31,6 +31,10 @@ tiles unless named ``_n64``):
   128-column pair spills 1.6-2.1 KB a thread).
 - ``one``, ``one_n64``: the same kernel with dim 1 alone (a timing bound, not the pair's
   gradient): what the second epilogue costs.
+- ``indep``, ``indep_one`` (D = 128): independent consumer groups, each taking every
+  other 64-column tile whole with its own P and all of dx's features (two [64, 64]
+  accumulators; fp32 partials summed after the kernel), so that neither waits on the
+  other (``_indep_bwd_kernel``).
 
 Measured (one H200, B = 65536, jax-triton 0.4.1 + Triton 3.9; h200_gluon_pair.csv,
 2026-12-04): at D = 512 ``plain`` 15.88 ms, ``one`` 15.34, ``one_n64`` 17.23,
@@ -41,7 +45,10 @@ D = 128: ``one`` 8.05, ``pair_late`` 14.69: 6.6 ms for the second dim, and the p
 slower than the two per-dim Triton passes it would replace (about 4.7 + 3.1, the same
 file). The pairs are within 3.2e-3 of float32. An epilogue not hidden under a GEMM
 costs 5-7 ms a pass here, 2-3x its instructions' issue time (8 consumer warps an SM):
-docs/notes/matryoshka.md.
+docs/notes/matryoshka.md. Independent groups (runs 7-8, D = 128): one dim 5.71 ms
+against 8.11 with a shared P, but the pair 15.33 (15.01 shared): the second epilogue
+costs more, not less; the per-dim Triton passes in run 7's profile 4.67 + 3.07
+(h200_jt04_clip_d128_d64_profile.txt).
 
 Each is checked against float32 jnp on the first 512 rows (dx's error over max |dx|,
 cs's likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, then timed at
@@ -249,6 +256,130 @@ def _pair_bwd_kernel(
   ], [4, 1], [240, 24])
 
 
+@gluon.jit
+def _indep_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_bar, scal_ptr, off_ptr,
+                    xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo, j_hi, dx_ptr,
+                    cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                    BK: gl.constexpr, D: gl.constexpr, NB: gl.constexpr,
+                    SINGLE: gl.constexpr):
+  """Consumer group CID of the independent form (D = 2 BK): the column tiles CID, CID + 2,
+  ... whole, S [BM, BN] as the prefix dot (chunk 0) and the whole dot on top of it, its
+  own P_lo and P_hi, and all of dx's features for its tiles (two [BM, BK] accumulators),
+  stored as its own partial [2 groups, n, D] (fp32; summed by the caller). No group
+  waits on the other: one group's epilogue can run under the other's wgmmas."""
+  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
+  scale2 = gl.load(scal_ptr)
+  row_off = gl.load(off_ptr)
+  col_off = gl.load(off_ptr + 1)
+  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+  in_rows = rows < n
+  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=0.0)
+  t0, g_r0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, BM, True, False)
+  t1, g_r1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, BM, True, False)
+  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
+  cs1 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
+  zs = gl.zeros([BM, BN], gl.float32, layout=s_layout)
+  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  acc1 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  bar = p_bar.index(CID)
+  mbarrier.wait(x_bar, 0)
+  t = 0   # this group's tile count
+  for j in range(j_lo + CID * BN, j_hi, 2 * BN):
+    pos = (2 * t + CID) * 2   # ring position of the tile's first chunk
+    cols = j + gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    in_cols = cols < m
+    b0 = gl.load(yt_ptr + cols, mask=in_cols, other=0.0)
+    g_c0 = gl.load(g_c_ptr + cols, mask=in_cols, other=0.0)
+    g_c1 = gl.load(g_c_ptr + m + cols, mask=in_cols, other=0.0)
+    mbarrier.wait(ready.index(pos % NB), (pos // NB) & 1)
+    lo = warpgroup_mma(x_smem.index(0), y_smem.index(pos % NB).permute((1, 0)), zs,
+                       use_acc=False, is_async=True)
+    lo = warpgroup_mma_wait(num_outstanding=0, deps=(lo,))
+    mbarrier.wait(ready.index((pos + 1) % NB), ((pos + 1) // NB) & 1)
+    full = warpgroup_mma(x_smem.index(1), y_smem.index((pos + 1) % NB).permute((1, 0)), lo,
+                         use_acc=True, is_async=True)
+    if not SINGLE:
+      s0 = lo * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
+      c0 = coefficient(s0, scale2, row0, j, rows, cols, row_off, col_off, n, m, t0, g_r0,
+                       0.0, 0.0, g_c0, 0.0, scal_ptr, scal_ptr, BM, BN, True, True, False,
+                       False, True, False, True)
+      cs0 += gl.sum(c0 * s0, axis=1)
+      w0 = c0 * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
+    full = warpgroup_mma_wait(num_outstanding=0, deps=(full,))
+    c1 = coefficient(full, scale2, row0, j, rows, cols, row_off, col_off, n, m, t1, g_r1,
+                     0.0, 0.0, g_c1, 0.0, scal_ptr, scal_ptr, BM, BN, True, True, False,
+                     False, True, False, True)
+    cs1 += gl.sum(c1 * full, axis=1)
+    p_smem.index(2 * CID + 1).store(c1.to(p_smem.dtype))
+    if SINGLE:
+      p_smem.index(2 * CID).store(c1.to(p_smem.dtype))
+    else:
+      p_smem.index(2 * CID).store((c1 + w0).to(p_smem.dtype))
+    fence_async_shared()
+    mbarrier.arrive(bar)
+    mbarrier.wait(bar, t & 1)   # this group's P written
+    acc0 = warpgroup_mma(p_smem.index(2 * CID), y_smem.index(pos % NB), acc0, is_async=True)
+    acc1 = warpgroup_mma(p_smem.index(2 * CID + 1), y_smem.index((pos + 1) % NB), acc1,
+                         is_async=True)
+    acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
+    mbarrier.arrive(empty.index(pos % NB))
+    mbarrier.arrive(empty.index((pos + 1) % NB))
+    t += 1
+  out_mult = gl.load(scal_ptr + 1)
+  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+  feats = gl.arange(0, BK, layout=gl.SliceLayout(0, o_layout))
+  at = dx_ptr + (CID * n + gl.expand_dims(orows, 1).to(gl.int64)) * D + gl.expand_dims(feats, 0)
+  keep = gl.expand_dims(orows < n, 1) & gl.expand_dims(feats < BK, 0)
+  gl.store(at, acc0 * out_mult, mask=keep)
+  gl.store(at + BK, acc1 * out_mult, mask=keep)
+  cs_mult = gl.load(scal_ptr + 2)
+  gl.store(cs_ptr + CID * n + rows, cs0 * cs_mult, mask=in_rows)          # [2 dims, 2, n]
+  gl.store(cs_ptr + (2 + CID) * n + rows, cs1 * cs_mult, mask=in_rows)
+
+
+@gluon.jit
+def _indep_bwd_kernel(x_desc, y_desc, scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr,
+                      g_c_ptr, n, m, cols_per_split, dx_ptr, cs_ptr, D: gl.constexpr,
+                      NB: gl.constexpr, SINGLE: gl.constexpr):
+  """``_pair_bwd_kernel``'s arguments (dx_ptr: [2 groups, n, D] fp32 partials), the
+  independent form: two chunks a tile (D = 2 BK), NB ring chunks, P per group."""
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  gl.static_assert(D == 2 * BK and NB % 4 == 0)
+  row0 = gl.program_id(0) * BM
+  j_lo = gl.program_id(1) * cols_per_split
+  j_hi = gl.minimum(m, j_lo + cols_per_split)
+  x_smem = gl.allocate_shared_memory(x_desc.dtype, [2, BM, BK], x_desc.layout)
+  y_smem = gl.allocate_shared_memory(y_desc.dtype, [NB, BN, BK], y_desc.layout)
+  p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                rank=2)
+  p_smem = gl.allocate_shared_memory(x_desc.dtype, [4, BM, BN], p_layout)
+  x_bar = mbarrier.allocate_mbarrier()
+  ready = mbarrier.allocate_mbarrier(batch=NB)
+  empty = mbarrier.allocate_mbarrier(batch=NB)
+  p_bar = mbarrier.allocate_mbarrier(batch=2)
+  mbarrier.init(x_bar, count=1)
+  for i in gl.static_range(NB):
+    mbarrier.init(ready.index(i), count=1)
+    mbarrier.init(empty.index(i), count=1)   # the owning group's P @ y
+  for i in gl.static_range(2):
+    mbarrier.init(p_bar.index(i), count=1)
+  gl.warp_specialize([
+      (_indep_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_bar, scal_ptr,
+                         off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo,
+                         j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, D, NB, SINGLE)),
+      (_indep_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_bar, scal_ptr,
+                         off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo,
+                         j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, D, NB, SINGLE)),
+      (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
+                  BK, 2, NB)),
+  ], [4, 1], [240, 24])
+
+
 def p_buffers(d: int) -> int:
   """P sets: one at D = 512 (64 + 128 + 32 KiB of shared memory), two below."""
   return 1 if d == 512 else 2
@@ -305,6 +436,16 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
         WANT_CS=True, HAS_MASK=False, SHARED=True)[:2]
     return dx[0], jnp.sum(cs, axis=(0, 1))[None]
   bk = CHUNK[d]
+  if variant.startswith("indep"):
+    xd = jt.TensorDescriptor.from_array(x, (BM, bk), layout=layout((BM, bk)))
+    yd = jt.TensorDescriptor.from_array(y, (64, bk), layout=layout((64, bk)))
+    dx, cs = _compat.triton_call(
+        xd, yd, scal, off, xt, yt, t.reshape(-1), g_r.reshape(-1), g_c.reshape(-1), n, n, n,
+        kernel=_indep_bwd_kernel,
+        out_shapes=[jax.ShapeDtypeStruct((2, n, d), f32), jax.ShapeDtypeStruct((2, 2, n), f32)],
+        grid=(n // BM, 1), name=f"gluon_{variant}_{d}", num_warps=4, num_stages=1, D=d,
+        NB=8, SINGLE=variant == "indep_one")
+    return jnp.sum(dx, axis=0).astype(x.dtype), jnp.sum(cs, axis=1)
   bn, consts = shape(variant, d)
   xd = jt.TensorDescriptor.from_array(x, (BM, bk), layout=layout((BM, bk)))
   yd = jt.TensorDescriptor.from_array(y, (bn, bk), layout=layout((bn, bk)))
@@ -372,7 +513,8 @@ def shape(variant: str, d: int):
   return bn, dict(D=d, **f)
 
 
-VARIANTS = {"plain": (lambda d: d == 512,), **{v: (lambda d: d in CHUNK,) for v in FLAGS}}
+VARIANTS = {"plain": (lambda d: d == 512,), **{v: (lambda d: d in CHUNK,) for v in FLAGS},
+            "indep": (lambda d: d == 128,), "indep_one": (lambda d: d == 128,)}
 
 
 def compile_only(a):
@@ -383,15 +525,19 @@ def compile_only(a):
           D=512, HAS_ROW=True, HAS_COL=True, ROW_THR=False, COL_THR=False, EXCLUDE_SELF=True,
           WANT_CS=True, HAS_MASK=False, SHARED=True)), 4, {})
     bk = CHUNK[d]
-    bn, consts = shape(variant, d)
+    if variant.startswith("indep"):
+      bn, consts = 64, dict(D=d, NB=8, SINGLE=variant == "indep_one")
+      kernel = _indep_bwd_kernel
+    else:
+      bn, consts = shape(variant, d)
+      kernel = _pair_bwd_kernel
     desc = lambda r: f"tensordesc<bf16[{r},{bk}],{layout((r, bk))!r}>"
     sig = dict(x_desc=desc(BM), y_desc=desc(bn), off_ptr="*i32", n="i32", m="i32",
-               cols_per_split="i32", dx_ptr="*bf16",
+               cols_per_split="i32", dx_ptr="*fp32" if variant.startswith("indep") else "*bf16",
                **{p: "*fp32" for p in ("scal_ptr", "xt_ptr", "yt_ptr", "t_ptr", "g_r_ptr",
                                        "g_c_ptr", "cs_ptr")})
     ptrs = [k for k, v in sig.items() if v.startswith(("*", "tensordesc"))]
-    return (compile_sm90(_pair_bwd_kernel, sig, ptrs,
-                         consts, 4, 1), 4, {})
+    return compile_sm90(kernel, sig, ptrs, consts, 4, 1), 4, {}
   compile_rows(a, VARIANTS, build)
 
 
