@@ -90,6 +90,27 @@ CHUNK = {512: 128, 128: 64}    # features a ring chunk
 
 
 @gluon.jit
+def _start(scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, BM: gl.constexpr,
+           SN: gl.constexpr, BK: gl.constexpr):
+  """What a consumer starts from: scale2, the offsets, the program's rows, their
+  statistics (dim 0: a, t, g_r; dim 1: t, g_r), and zeros for the sums of c s, an S
+  tile [BM, SN] and a dx accumulator [BM, BK] (wgmma layouts)."""
+  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SN, 16])
+  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
+  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+  in_rows = rows < n
+  t0, g_r0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, BM, True, False)
+  t1, g_r1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, BM, True, False)
+  return (gl.load(scal_ptr), gl.load(off_ptr), gl.load(off_ptr + 1), rows, in_rows,
+          gl.load(xt_ptr + rows, mask=in_rows, other=0.0), t0, g_r0, t1, g_r1,
+          gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout)),
+          gl.zeros([BM, SN], gl.float32, layout=s_layout),
+          gl.zeros([BM, BK], gl.float32, layout=o_layout))
+
+
+@gluon.jit
 def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo, j_hi,
                    dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
@@ -102,23 +123,11 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
   half of the columns); then its half of dx's features += P_CID @ y."""
   HALF: gl.constexpr = BN // 2
   NOC: gl.constexpr = KCH // 2
-  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
-  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
-  scale2 = gl.load(scal_ptr)
-  row_off = gl.load(off_ptr)
-  col_off = gl.load(off_ptr + 1)
-  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-  in_rows = rows < n
-  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=0.0)
-  t0, g_r0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, BM, True, False)
-  t1, g_r1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, BM, True, False)
-  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
-  cs1 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
-  zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
-  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
-  acc1 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  scale2, row_off, col_off, rows, in_rows, a0, t0, g_r0, t1, g_r1, cs0, zs, acc0 = _start(
+      scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, BM, HALF, BK)
+  cs1, acc1 = cs0, acc0
+  s_layout: gl.constexpr = zs.type.layout
+  o_layout: gl.constexpr = acc0.type.layout
   mbarrier.wait(x_bar, 0)
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P set t % NP)
@@ -267,23 +276,11 @@ def _indep_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_bar, scal_ptr
   own P_lo and P_hi, and all of dx's features for its tiles (two [BM, BK] accumulators),
   stored as its own partial [2 groups, n, D] (fp32; summed by the caller). No group
   waits on the other: one group's epilogue can run under the other's wgmmas."""
-  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
-  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
-  scale2 = gl.load(scal_ptr)
-  row_off = gl.load(off_ptr)
-  col_off = gl.load(off_ptr + 1)
-  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
-  in_rows = rows < n
-  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=0.0)
-  t0, g_r0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, BM, True, False)
-  t1, g_r1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, BM, True, False)
-  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
-  cs1 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
-  zs = gl.zeros([BM, BN], gl.float32, layout=s_layout)
-  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
-  acc1 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  scale2, row_off, col_off, rows, in_rows, a0, t0, g_r0, t1, g_r1, cs0, zs, acc0 = _start(
+      scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, BM, BN, BK)
+  cs1, acc1 = cs0, acc0
+  s_layout: gl.constexpr = zs.type.layout
+  o_layout: gl.constexpr = acc0.type.layout
   bar = p_bar.index(CID)
   mbarrier.wait(x_bar, 0)
   t = 0   # this group's tile count
