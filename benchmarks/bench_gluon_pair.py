@@ -111,6 +111,17 @@ def _start(scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, BM: gl.constexpr,
 
 
 @gluon.jit
+def _coef(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, g_c, scal_ptr,
+          BM: gl.constexpr, SN: gl.constexpr):
+  """One dim's coefficients on its cosines s [BM, SN] (``coefficient``'s SHARED form, both
+  roles on the shift t, self pairs dropped) and the rows' sums of c s."""
+  c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, 0.0, 0.0,
+                  g_c, 0.0, scal_ptr, scal_ptr, BM, SN, True, True, False, False, True, False,
+                  True)
+  return c, gl.sum(c * s, axis=1)
+
+
+@gluon.jit
 def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo, j_hi,
                    dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
@@ -157,10 +168,9 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
       full = warpgroup_mma(x_smem.index(k), b, full, use_acc=True, is_async=True)
     if not SINGLE:
       s0 = lo * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
-      c0 = coefficient(s0, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t0, g_r0,
-                       0.0, 0.0, g_c0, 0.0, scal_ptr, scal_ptr, BM, HALF, True, True, False,
-                       False, True, False, True)
-      cs0 += gl.sum(c0 * s0, axis=1)
+      c0, add = _coef(s0, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t0, g_r0,
+                      g_c0, scal_ptr, BM, HALF)
+      cs0 += add
       w0 = c0 * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
       if PACK:   # held as bf16 until P_lo (its own rounding, as a per-dim pass rounds it)
         w0 = w0.to(p_smem.dtype)
@@ -170,10 +180,9 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
     if CID == 0:   # group 1's chunks
       for k in gl.static_range(NOC, KCH):
         mbarrier.arrive(empty.index((it + k) % NB))
-    c1 = coefficient(full, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t1, g_r1,
-                     0.0, 0.0, g_c1, 0.0, scal_ptr, scal_ptr, BM, HALF, True, True, False,
-                     False, True, False, True)
-    cs1 += gl.sum(c1 * full, axis=1)
+    c1, add = _coef(full, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t1, g_r1,
+                    g_c1, scal_ptr, BM, HALF)
+    cs1 += add
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
     p_smem.index(2 * pb + 1).slice(CID * HALF, HALF, dim=1).store(c1.to(p_smem.dtype))
@@ -300,16 +309,14 @@ def _indep_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_bar, scal_ptr
                          use_acc=True, is_async=True)
     if not SINGLE:
       s0 = lo * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
-      c0 = coefficient(s0, scale2, row0, j, rows, cols, row_off, col_off, n, m, t0, g_r0,
-                       0.0, 0.0, g_c0, 0.0, scal_ptr, scal_ptr, BM, BN, True, True, False,
-                       False, True, False, True)
-      cs0 += gl.sum(c0 * s0, axis=1)
+      c0, add = _coef(s0, scale2, row0, j, rows, cols, row_off, col_off, n, m, t0, g_r0, g_c0,
+                      scal_ptr, BM, BN)
+      cs0 += add
       w0 = c0 * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
     full = warpgroup_mma_wait(num_outstanding=0, deps=(full,))
-    c1 = coefficient(full, scale2, row0, j, rows, cols, row_off, col_off, n, m, t1, g_r1,
-                     0.0, 0.0, g_c1, 0.0, scal_ptr, scal_ptr, BM, BN, True, True, False,
-                     False, True, False, True)
-    cs1 += gl.sum(c1 * full, axis=1)
+    c1, add = _coef(full, scale2, row0, j, rows, cols, row_off, col_off, n, m, t1, g_r1, g_c1,
+                    scal_ptr, BM, BN)
+    cs1 += add
     p_smem.index(2 * CID + 1).store(c1.to(p_smem.dtype))
     if SINGLE:
       p_smem.index(2 * CID).store(c1.to(p_smem.dtype))
