@@ -118,13 +118,16 @@ def _compile_library(kernel, blocks, dtype: str, constexprs: dict, fp32_ptrs, ty
 
 def ptxas(ptx: str) -> dict:
   """Registers, spill stores / loads and warnings of ``ptx`` by ``ptxas -v -arch=sm_90a``
-  (a serialized wgmma chain is a warning)."""
+  (a serialized wgmma chain is a warning), and ``tile_loops``."""
   with tempfile.TemporaryDirectory() as tmp:
     src = os.path.join(tmp, "k.ptx")
     with open(src, "w") as f:
       f.write(ptx)
     out = subprocess.run([PTXAS, "-v", "-arch=sm_90a", src, "-o", os.path.join(tmp, "k.cubin")],
                          capture_output=True, text=True)
+    sass = "" if out.returncode else subprocess.run(
+        [os.path.join(_BIN, "cuobjdump"), "-sass", os.path.join(tmp, "k.cubin")],
+        capture_output=True, text=True).stdout
   text = out.stdout + out.stderr
   regs = re.search(r"Used (\d+) registers", text)
   spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
@@ -133,7 +136,35 @@ def ptxas(ptx: str) -> dict:
               spill_loads=int(spill.group(2)) if spill else None,
               ptxas_rc=out.returncode, ptxas_err="" if out.returncode == 0 else text[-300:],
               ptxas_warnings=[" ".join(l.split())[:200] for l in text.splitlines()
-                              if "warning" in l.lower()])
+                              if "warning" in l.lower()],
+              tile_loops=tile_loops(sass))
+
+
+def tile_loops(sass: str) -> list:
+  """Each consumer's column-tile loop in ``sass``: [instructions, MUFU, HGMMA] of the
+  spans from a backward branch's target to the branch that hold both an exponential and
+  a wgmma, shortest first, dropping any that overlaps one kept (one a consumer partition:
+  the static count of one iteration; the mbarrier waits' retry blocks, placed out of
+  line, not included)."""
+  at, ops = [], []
+  for line in sass.splitlines():
+    m = re.search(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", line)
+    if m:
+      at.append(int(m.group(1), 16))
+      ops.append(m.group(2))
+  spans = []
+  for i, op in enumerate(ops):
+    target = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", op)
+    if target and int(target.group(1), 16) in at[:i]:
+      body = ops[at.index(int(target.group(1), 16)):i + 1]
+      mufu, mma = sum("MUFU" in o for o in body), sum("HGMMA" in o for o in body)
+      if mufu and mma:
+        spans.append((at.index(int(target.group(1), 16)), i, [len(body), mufu, mma]))
+  kept = []   # shortest first; a span overlapping a kept one is a branch back into it
+  for a, b, c in sorted(spans, key=lambda s: s[1] - s[0]):
+    if all(b < a2 or b2 < a for a2, b2, _ in kept):
+      kept.append((a, b, c))
+  return [c for _, _, c in sorted(kept)]
 
 
 def report(compiled: dict, warps: int) -> dict:

@@ -1,0 +1,364 @@
+"""Whether Matryoshka's three small dims (64, 128, 256) cost less in one software-pipelined
+Gluon gradient pass over the first 256 features than in their three per-dim passes
+(Hopper sm_90; jax-triton >= 0.4, Triton >= 3.9; bf16).
+
+Matryoshka's gradient is the sum of each dim's, and every dim's coefficients multiply only
+the features of its prefix, so the rows' pass splits in two kernels whose outputs add up:
+dim 512's plain pass over all the features (the library's Gluon pass) and, over the
+first 256 features, the three small dims:
+
+  dx_i[segment k] = sum_j C^k_ij y_j[segment k],  C^k = sum_{k <= k' < 3} c^k'_ij a_k',i b_k',j
+  cs_k,i = sum_j c^k_ij s^k_ij
+
+(segments [0, 64), [64, 128), [128, 256); ``grad_bwd.prefix_gradient``'s formulas, with
+``coefficient``'s SHARED form: c^k = 2^(min(z^k - t_k, 8)) (g^k_r,i + g^k_c,j), z^k = s^k
+scale2, s^k = a_k,i b_k,j <x_i, y_j>_{:m_k}). The small dims' GEMM work then is half a
+plain pass (one walk over 256 features for every prefix dot, dx by suffix sums), where
+their per-dim passes do 448/512 of one; their three epilogues stay. On an H200 at B =
+65536 the per-dim passes take about 7.45 + 4.7 + 3.1 = 15.25 ms (half of CLIP's two at
+D = 256, 128, 64 in h200_jt04_mrl_profile.txt); a pass here must take well under that
+for Matryoshka's 1.6x bar (docs/notes/matryoshka.md).
+
+The kernel (``_small_consumer``): 64 rows a program, x's first 256 features resident (four
+[64, 64] chunks), y's in 64-column tiles through a ring of twelve [64, 64] chunks (three
+tiles); two consumer groups, each taking half of a tile's columns for S, as three fp32
+accumulators: chunk 0, chunk 1, chunks 2-3, so that the prefix dots are A, A + B and
+A + B + C with no wait between chunks. Software-pipelined as ``bench_gluon_pair``'s
+``_pipe_consumer``: the next tile's S wgmmas are issued before this tile's epilogue and
+run under it. The epilogue goes from the smallest dim up and stores, for its half of the
+columns, C^2, C^1 and C^0 into three shared P tiles; group 0 owns dx's features [0,
+128) (C^0 @ y[:, :64], C^1 @ y[:, 64:128]), group 1 [128, 256) (C^2 twice).
+
+Dim 256 alone in the same pipelined shape: ``bench_gluon_pair.py --dims 256 --variants
+one_n64_pipe``.
+
+Checked against float32 jnp on the first 512 rows (dx's error over max |dx|, cs's
+likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, timed at 1 / 0.07:
+
+  python benchmarks/bench_gluon_small.py --batch 65536 --reps 10
+  python benchmarks/bench_gluon_small.py --compile-only
+
+Not yet run on a GPU. sm_90 build (``--compile-only``, Triton 3.9.0): 176.5 KiB of shared
+memory, 452 B of spills, 1409-1444 instructions in a consumer's tile loop.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import statistics
+import sys
+
+if __package__ in (None, ""):   # run as a file
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              warpgroup_mma,
+                                                              warpgroup_mma_wait)
+
+from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
+from benchmarks._harness import clip_pairs, time_jax
+from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
+from benchmarks.bench_gluon_pair import _coef, _free_others
+from memeff_jax.backends.triton._common import row_stats
+from memeff_jax.backends.triton.stats_gluon import producer
+
+BM, BN, BK = 64, 64, 64
+DIMS = (64, 128, 256)
+NB = 12      # ring chunks: three tiles of four
+NP = 2       # P sets (three tiles each)
+
+
+@gluon.jit
+def _chunk(y_smem, ready, pos, CID: gl.constexpr, HALF: gl.constexpr, NB: gl.constexpr):
+  """This group's half of the ring chunk at ``pos``, once loaded (a wgmma's B)."""
+  mbarrier.wait(ready.index(pos % NB), (pos // NB) & 1)
+  return y_smem.index(pos % NB).slice(CID * HALF, HALF, dim=0).permute((1, 0))
+
+
+@gluon.jit
+def _walk3(x_smem, y_smem, ready, it, zs, CID: gl.constexpr, HALF: gl.constexpr,
+           NB: gl.constexpr):
+  """Issue the S wgmmas of the tile at ring position ``it`` (this group's half of its
+  columns), none waited for: chunk 0 into A, chunk 1 into B, chunks 2-3 into C."""
+  sa = warpgroup_mma(x_smem.index(0), _chunk(y_smem, ready, it, CID, HALF, NB), zs,
+                     use_acc=False, is_async=True)
+  sb = warpgroup_mma(x_smem.index(1), _chunk(y_smem, ready, it + 1, CID, HALF, NB), zs,
+                     use_acc=False, is_async=True)
+  sc = warpgroup_mma(x_smem.index(2), _chunk(y_smem, ready, it + 2, CID, HALF, NB), zs,
+                     use_acc=False, is_async=True)
+  sc = warpgroup_mma(x_smem.index(3), _chunk(y_smem, ready, it + 3, CID, HALF, NB), sc,
+                     is_async=True)
+  return sa, sb, sc
+
+
+@gluon.jit
+def _rows(k: gl.constexpr, n, rows, in_rows, xt_ptr, t_ptr, g_r_ptr, BM: gl.constexpr):
+  """Dim k's row statistics: a, t, g_r."""
+  t, g_r, _ = row_stats(t_ptr + k * n, g_r_ptr + k * n, t_ptr, rows, in_rows, BM, True, False)
+  return gl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0), t, g_r
+
+
+@gluon.jit
+def _dim(p, k: gl.constexpr, st, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+         yt_ptr, g_c_ptr, in_cols, scal_ptr, BM: gl.constexpr, HALF: gl.constexpr):
+  """Dim k's coefficients on the prefix dot p [BM, HALF] (its row statistics st = a, t,
+  g_r; its columns' loaded here): (c a b, the rows' sums of c s)."""
+  a, t, g_r = st
+  b = gl.load(yt_ptr + k * m + cols, mask=in_cols, other=0.0)
+  g_c = gl.load(g_c_ptr + k * m + cols, mask=in_cols, other=0.0)
+  ab = gl.expand_dims(a, 1) * gl.expand_dims(b, 0)
+  c, add = _coef(p * ab, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, g_c,
+                 scal_ptr, BM, HALF)
+  return c * ab, add
+
+
+@gluon.jit
+def _small_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
+                    off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo, j_hi,
+                    dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+                    BK: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr):
+  """Consumer group CID (see the module docstring)."""
+  HALF: gl.constexpr = BN // 2
+  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
+  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
+  scale2 = gl.load(scal_ptr)
+  row_off = gl.load(off_ptr)
+  col_off = gl.load(off_ptr + 1)
+  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+  in_rows = rows < n
+  st0 = _rows(0, n, rows, in_rows, xt_ptr, t_ptr, g_r_ptr, BM)
+  st1 = _rows(1, n, rows, in_rows, xt_ptr, t_ptr, g_r_ptr, BM)
+  st2 = _rows(2, n, rows, in_rows, xt_ptr, t_ptr, g_r_ptr, BM)
+  zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
+  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
+  cs1, cs2 = cs0, cs0
+  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  acc1 = acc0
+  mbarrier.wait(x_bar, 0)
+  sa, sb, sc = _walk3(x_smem, y_smem, ready, 0, zs, CID, HALF, NB)
+  sa, sb, sc = warpgroup_mma_wait(num_outstanding=0, deps=(sa, sb, sc))
+  _free_others(empty, 0, CID, 4, NB)
+  it = 0   # ring position of the tile's first chunk
+  t = 0    # tile count (P set t % NP)
+  for j in range(j_lo, j_hi, BN):
+    col0 = j + CID * HALF
+    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+    in_cols = cols < m
+    # the next tile's S (past the split's end: the producer's extra tile, discarded)
+    na, nb, nc = _walk3(x_smem, y_smem, ready, it + 4, zs, CID, HALF, NB)
+    p = sa
+    w0, add = _dim(p, 0, st0, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+                   yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
+    cs0 += add
+    w0 = w0.to(p_smem.dtype)   # (a per-dim pass rounds each dim's too)
+    p = p + sb
+    w1, add = _dim(p, 1, st1, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+                   yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
+    cs1 += add
+    w1 = w1.to(p_smem.dtype)
+    p = p + sc
+    w2, add = _dim(p, 2, st2, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+                   yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
+    cs2 += add
+    pb = t % NP
+    mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
+    suffix = w2
+    p_smem.index(3 * pb + 2).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
+    suffix = suffix + w1.to(gl.float32)
+    p_smem.index(3 * pb + 1).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
+    suffix = suffix + w0.to(gl.float32)
+    p_smem.index(3 * pb).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
+    fence_async_shared()
+    mbarrier.arrive(p_full.index(pb))
+    mbarrier.wait(p_full.index(pb), (t // NP) & 1)        # both halves of the three written
+    if CID == 0:
+      acc0 = warpgroup_mma(p_smem.index(3 * pb), y_smem.index(it % NB), acc0, is_async=True)
+      acc1 = warpgroup_mma(p_smem.index(3 * pb + 1), y_smem.index((it + 1) % NB), acc1,
+                           is_async=True)
+    else:
+      acc0 = warpgroup_mma(p_smem.index(3 * pb + 2), y_smem.index((it + 2) % NB), acc0,
+                           is_async=True)
+      acc1 = warpgroup_mma(p_smem.index(3 * pb + 2), y_smem.index((it + 3) % NB), acc1,
+                           is_async=True)
+    sa, sb, sc, acc0, acc1 = warpgroup_mma_wait(num_outstanding=0,
+                                                deps=(na, nb, nc, acc0, acc1))
+    for i in gl.static_range(2):
+      mbarrier.arrive(empty.index((it + 2 * CID + i) % NB))
+    mbarrier.arrive(p_free.index(pb))
+    _free_others(empty, it + 4, CID, 4, NB)
+    it += 4
+    t += 1
+  out_mult = gl.load(scal_ptr + 1)
+  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+  feats = 2 * CID * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, o_layout))
+  at = dx_ptr + gl.expand_dims(orows, 1).to(gl.int64) * (4 * BK) + gl.expand_dims(feats, 0)
+  keep = gl.expand_dims(orows < n, 1) & gl.expand_dims(feats < 4 * BK, 0)
+  ty = dx_ptr.dtype.element_ty
+  gl.store(at, (acc0 * out_mult).to(ty), mask=keep)
+  gl.store(at + BK, (acc1 * out_mult).to(ty), mask=keep)
+  cs_mult = gl.load(scal_ptr + 2)
+  gl.store(cs_ptr + CID * n + rows, cs0 * cs_mult, mask=in_rows)          # [3 dims, 2, n]
+  gl.store(cs_ptr + (2 + CID) * n + rows, cs1 * cs_mult, mask=in_rows)
+  gl.store(cs_ptr + (4 + CID) * n + rows, cs2 * cs_mult, mask=in_rows)
+
+
+@gluon.jit
+def _small_bwd_kernel(
+    x_desc, y_desc,            # TMA descriptors: x, y [n, >= 256] in [64, 64] blocks
+    scal_ptr,                  # [3] fp32: scale * log2(e), scale * g_max, g_max
+    off_ptr,                   # [2] int32: global offsets of row 0 and column 0
+    xt_ptr, yt_ptr,            # [3, n], [3, m] fp32: each dim's prefix inverse norms
+    t_ptr, g_r_ptr,            # [3, n] fp32: each dim's shift t and g_r 2^(t - lse_r)
+    g_c_ptr,                   # [3, m] fp32: each dim's g_c 2^(t - lse_c)
+    n, m, cols_per_split,
+    dx_ptr,                    # [n, 256]
+    cs_ptr,                    # [3 dims, 2 groups, n] fp32
+    NB: gl.constexpr, NP: gl.constexpr,
+):
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  gl.static_assert(BK == 64 and NB % 4 == 0)
+  row0 = gl.program_id(0) * BM
+  j_lo = gl.program_id(1) * cols_per_split
+  j_hi = gl.minimum(m, j_lo + cols_per_split)
+  x_smem = gl.allocate_shared_memory(x_desc.dtype, [4, BM, BK], x_desc.layout)
+  y_smem = gl.allocate_shared_memory(y_desc.dtype, [NB, BN, BK], y_desc.layout)
+  p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16,
+                                                rank=2)
+  p_smem = gl.allocate_shared_memory(x_desc.dtype, [3 * NP, BM, BN], p_layout)
+  x_bar = mbarrier.allocate_mbarrier()
+  ready = mbarrier.allocate_mbarrier(batch=NB)
+  empty = mbarrier.allocate_mbarrier(batch=NB)
+  p_full = mbarrier.allocate_mbarrier(batch=NP)
+  p_free = mbarrier.allocate_mbarrier(batch=NP)
+  mbarrier.init(x_bar, count=1)
+  for i in gl.static_range(NB):
+    mbarrier.init(ready.index(i), count=1)
+    mbarrier.init(empty.index(i), count=2)   # the other group's S, the owner's P @ y
+  for i in gl.static_range(NP):
+    mbarrier.init(p_full.index(i), count=2)
+    mbarrier.init(p_free.index(i), count=2)
+  gl.warp_specialize([
+      (_small_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
+                         scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
+                         row0, j_lo, j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, NB, NP)),
+      (_small_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
+                         scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
+                         row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, NB, NP)),
+      (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi + BN,
+                  BN, BK, 4, NB)),
+  ], [4, 1], [240, 24])
+
+
+# ---------------------------------------------------------------------------------------
+# On the GPU (jax-triton)
+
+
+def operands(x, y, scale2):
+  """Each small dim's prefix inverse norms a, b [3, n], the shared shift t = scale2 and
+  rebased cotangents in [0.5, 1.5] / B."""
+  n = x.shape[0]
+  f32 = jnp.float32
+  inv = lambda v: jnp.stack([jax.lax.rsqrt(jnp.sum(jnp.square(v[:, :d].astype(f32)), 1))
+                             for d in DIMS])
+  k = jax.random.split(jax.random.key(1), 2)
+  g_r = (0.5 + jax.random.uniform(k[0], (3, n), f32)) / n
+  g_c = (0.5 + jax.random.uniform(k[1], (3, n), f32)) / n
+  return inv(x), inv(y), jnp.full((3, n), scale2, f32), g_r, g_c
+
+
+def reference(x, y, scale2, xt, yt, t, g_r, g_c, rows):
+  """dx [rows, 256] and cs [3, rows] in float32 jnp (self pairs dropped)."""
+  x = x[:rows, :256].astype(jnp.float32)
+  y = y[:, :256].astype(jnp.float32)
+  off = jnp.arange(rows)[:, None] == jnp.arange(y.shape[0])[None, :]
+  dx, cs = jnp.zeros_like(x), []
+  for k, d in enumerate(DIMS):
+    ab = xt[k, :rows, None] * yt[k, None, :]
+    s = (x[:, :d] @ y[:, :d].T) * ab
+    c = jnp.where(off, 0.0, jnp.exp2(jnp.minimum(s * scale2 - t[k, :rows, None], 8.0)) * (
+        g_r[k, :rows, None] + g_c[k, None, :]))
+    dx = dx.at[:, :d].add((c * ab) @ y[:, :d])
+    cs.append(jnp.sum(c * s, 1))
+  return dx, jnp.stack(cs)
+
+
+def launch(x, y, scale2, xt, yt, t, g_r, g_c):
+  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  from memeff_jax import _compat  # pylint: disable=g-import-not-at-top
+  n = x.shape[0]
+  f32 = jnp.float32
+  scal = jnp.stack([scale2, jnp.ones((), f32), jnp.ones((), f32)])
+  off = jnp.zeros((2,), jnp.int32)
+  xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
+  yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
+  dx, cs = _compat.triton_call(
+      xd, yd, scal, off, xt.reshape(-1), yt.reshape(-1), t.reshape(-1), g_r.reshape(-1),
+      g_c.reshape(-1), n, n, n, kernel=_small_bwd_kernel,
+      out_shapes=[jax.ShapeDtypeStruct((n, 256), x.dtype),
+                  jax.ShapeDtypeStruct((3, 2, n), f32)],
+      grid=(n // BM, 1), name="gluon_small3", num_warps=4, num_stages=1, NB=NB, NP=NP)
+  return dx, jnp.sum(cs, axis=1)
+
+
+def run(a):
+  n = a.batch
+  assert n % 128 == 0, "whole tiles only"
+  path = compiled_via()
+  x, y = clip_pairs(jax.random.key(0), n, 512)
+  for variant in a.variants.split(","):
+
+    def body(row):
+      fn = jax.jit(launch)
+      for scale2, timed in ((LOG2E / 0.5, False), (LOG2E / 0.07, True)):
+        s2 = jnp.asarray(scale2, jnp.float32)
+        ops = operands(x, y, s2)
+        if not timed:
+          dx, cs = fn(x, y, s2, *ops)
+          want_dx, want_cs = reference(x, y, s2, *ops, CHECK_ROWS)
+          err = lambda got, want: float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
+          err_dx = err(dx[:CHECK_ROWS].astype(jnp.float32), want_dx)
+          err_cs = err(cs[:, :CHECK_ROWS], want_cs)
+          bad = not (np.isfinite(err_dx) and np.isfinite(err_cs)) or max(err_dx, err_cs) > 2e-2
+          row.update(err_dx=err_dx, err_cs=err_cs, wrong=bool(bad))
+        else:
+          ms = statistics.median(time_jax(fn, x, y, s2, *ops, reps=a.reps))
+          row.update(ms=round(ms, 4))
+
+    guarded(dict(bench="gluon_small_grad", variant=variant, batch=n, dim=256, ms=None,
+                 err_dx=None, err_cs=None, wrong=None, note=f"compiled via {path}"),
+            a.variant_timeout, body)
+
+
+# ---------------------------------------------------------------------------------------
+# Without a GPU: compile for sm_90
+
+
+VARIANTS = {"small3": (lambda d: True,)}
+
+
+def compile_only(a):
+  a.dims = "256"
+
+  def build(variant, d):
+    del variant, d
+    desc = lambda r: f"tensordesc<bf16[{r},{BK}],{layout((r, BK))!r}>"
+    sig = dict(x_desc=desc(BM), y_desc=desc(BN), off_ptr="*i32", n="i32", m="i32",
+               cols_per_split="i32", dx_ptr="*bf16",
+               **{p: "*fp32" for p in ("scal_ptr", "xt_ptr", "yt_ptr", "t_ptr", "g_r_ptr",
+                                       "g_c_ptr", "cs_ptr")})
+    ptrs = [k for k, v in sig.items() if v.startswith(("*", "tensordesc"))]
+    return compile_sm90(_small_bwd_kernel, sig, ptrs, dict(NB=NB, NP=NP), 4, 1), 4, {}
+  compile_rows(a, VARIANTS, build)
+
+
+if __name__ == "__main__":
+  main(VARIANTS, run, compile_only, reps=10)
