@@ -43,6 +43,14 @@ Variants (D = 512 and 256 with 128-feature chunks; D = 128 with 64-feature chunk
   and four below. sm_90 builds: one_n64_pipe spills 240 B at D = 512 (the x chunks'
   wgmma descriptors, hoisted), pair_n64_pipe 1296 B; none at 256 and 128. Not yet run
   on a GPU.
+- ``one_peel``, ``one_n64_pipe_peel``, ``pair_n64_pipe_peel``: the self pairs' test in a
+  branch of its own, taken on diagonal tiles only (``_coef``'s PEEL). In the Gluon
+  kernels ``coefficient``'s ``drop_pairs`` branch is predicated into every tile (its
+  ISETP and FSEL issued on all of them; the Triton kernels keep it a branch): the
+  library's CLIP pass runs 886 instructions a tile with it, 765 without any self test
+  (``compile_library_gradient`` with EXCLUDE_SELF off), the path a peeled kernel takes
+  off the diagonal. sm_90 spills: ``one_peel`` 384 B at D = 512 (``one`` 76),
+  ``one_n64_pipe_peel`` 300 (240). Not yet run on a GPU.
 
 Measured (one H200, B = 65536, jax-triton 0.4.1 + Triton 3.9; h200_gluon_pair.csv,
 2026-12-04): at D = 512 ``plain`` 15.88 ms, ``one`` 15.34, ``one_n64`` 17.23,
@@ -100,7 +108,7 @@ from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E, reference_one
 from memeff_jax import _compat
 from memeff_jax.backends.triton import grad_gluon
-from memeff_jax.backends.triton._common import coefficient, row_stats
+from memeff_jax.backends.triton._common import coefficient, on_diagonal, row_stats
 from memeff_jax.backends.triton.stats_gluon import producer
 
 BM, BN = 64, 128
@@ -130,12 +138,25 @@ def _start(scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, BM: gl.constexpr,
 
 @gluon.jit
 def _coef(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, g_c, scal_ptr,
-          BM: gl.constexpr, SN: gl.constexpr):
+          BM: gl.constexpr, SN: gl.constexpr, PEEL: gl.constexpr = False):
   """One dim's coefficients on its cosines s [BM, SN] (``coefficient``'s SHARED form, both
-  roles on the shift t, self pairs dropped) and the rows' sums of c s."""
-  c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, 0.0, 0.0,
-                  g_c, 0.0, scal_ptr, scal_ptr, BM, SN, True, True, False, False, True, False,
-                  True)
+  roles on the shift t, self pairs dropped) and the rows' sums of c s. PEEL: the self
+  pairs' test in a branch of its own, taken on diagonal tiles only (``coefficient``'s
+  ``drop_pairs`` branch is small enough that the compiler predicates its test and
+  selects into every tile: 121 of the library pass's 886 instructions a tile, sm_90)."""
+  if PEEL:
+    if on_diagonal(row0, col0, row_off, col_off, BM, SN):
+      c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, 0.0,
+                      0.0, g_c, 0.0, scal_ptr, scal_ptr, BM, SN, True, True, False, False, True,
+                      False, True)
+    else:
+      c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, 0.0,
+                      0.0, g_c, 0.0, scal_ptr, scal_ptr, BM, SN, True, True, False, False,
+                      False, False, True)
+  else:
+    c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, 0.0,
+                    0.0, g_c, 0.0, scal_ptr, scal_ptr, BM, SN, True, True, False, False, True,
+                    False, True)
   return c, gl.sum(c * s, axis=1)
 
 
@@ -166,7 +187,7 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
                    dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                    BK: gl.constexpr, D: gl.constexpr, KCH: gl.constexpr, NB: gl.constexpr,
                    NP: gl.constexpr, LATE: gl.constexpr, PACK: gl.constexpr,
-                   SINGLE: gl.constexpr):
+                   SINGLE: gl.constexpr, PEEL: gl.constexpr):
   """Consumer group CID: S for the columns [CID HALF, + HALF) of each tile, as the
   prefix dot (chunks [0, NOC)) and the whole dot on top of it; dim 0's coefficients on
   the prefix while the rest of the walk runs, dim 1's on the whole; P_lo and P_hi (its
@@ -207,7 +228,7 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
     if not SINGLE:
       s0 = lo * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
       c0, add = _coef(s0, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t0, g_r0,
-                      g_c0, scal_ptr, BM, HALF)
+                      g_c0, scal_ptr, BM, HALF, PEEL)
       cs0 += add
       w0 = c0 * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
       if PACK:   # held as bf16 until P_lo (its own rounding, as a per-dim pass rounds it)
@@ -219,7 +240,7 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
       for k in gl.static_range(NOC, KCH):
         mbarrier.arrive(empty.index((it + k) % NB))
     c1, add = _coef(full, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t1, g_r1,
-                    g_c1, scal_ptr, BM, HALF)
+                    g_c1, scal_ptr, BM, HALF, PEEL)
     cs1 += add
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
@@ -279,7 +300,7 @@ def _pipe_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
                    off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo, j_hi,
                    dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
                    BK: gl.constexpr, D: gl.constexpr, KCH: gl.constexpr, NB: gl.constexpr,
-                   NP: gl.constexpr, SINGLE: gl.constexpr):
+                   NP: gl.constexpr, SINGLE: gl.constexpr, PEEL: gl.constexpr):
   """``_pair_consumer`` software-pipelined across tiles: the next tile's S wgmmas are
   issued before this tile's epilogue, so they run under it (FlashAttention-3's
   intra-warpgroup overlap); the ring must hold two tiles. The tile's column statistics
@@ -317,12 +338,12 @@ def _pipe_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
       ab = gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
       s0 = lo * ab
       c0, add = _coef(s0, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t0, g_r0,
-                      g_c0, scal_ptr, BM, HALF)
+                      g_c0, scal_ptr, BM, HALF, PEEL)
       cs0 += add
       w0 = (c0 * ab).to(p_smem.dtype)   # held in bf16, as a per-dim pass rounds it
       full = lo + hi
     c1, add = _coef(full, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t1, g_r1,
-                    g_c1, scal_ptr, BM, HALF)
+                    g_c1, scal_ptr, BM, HALF, PEEL)
     cs1 += add
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
@@ -372,6 +393,7 @@ def _pair_bwd_kernel(
     NB: gl.constexpr = 4,               # ring chunks (a whole tile at D = 512)
     SINGLE: gl.constexpr = False,
     PIPE: gl.constexpr = False,         # _pipe_consumer (the ring: two tiles)
+    PEEL: gl.constexpr = False,         # the self pairs' test on diagonal tiles only (_coef)
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -403,11 +425,11 @@ def _pair_bwd_kernel(
         (_pipe_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
                           scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
                           row0, j_lo, j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, D, KCH, NB, NP,
-                          SINGLE)),
+                          SINGLE, PEEL)),
         (_pipe_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
                           scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
                           row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, D, KCH, NB, NP,
-                          SINGLE)),
+                          SINGLE, PEEL)),
         (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo,
                     j_hi + BN, BN, BK, KCH, NB)),
     ], [4, 1], [240, 24])
@@ -415,10 +437,12 @@ def _pair_bwd_kernel(
     gl.warp_specialize([
         (_pair_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                           off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo,
-                          j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, D, KCH, NB, NP, LATE, PACK, SINGLE)),
+                          j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, D, KCH, NB, NP, LATE, PACK, SINGLE,
+                          PEEL)),
         (_pair_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                           off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo,
-                          j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, D, KCH, NB, NP, LATE, PACK, SINGLE)),
+                          j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, D, KCH, NB, NP, LATE, PACK, SINGLE,
+                          PEEL)),
         (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                     BK, KCH, NB)),
     ], [4, 1], [240, 24])
@@ -658,7 +682,10 @@ FLAGS = {"pair": {}, "pair_late": dict(LATE=True), "pair_pack": dict(PACK=True),
          "pair_n64_plain": dict(BN=64, NB=8, NP=2),
          "one": dict(SINGLE=True), "one_n64": dict(BN=64, NB=8, NP=2, SINGLE=True),
          "one_n64_pipe": dict(BN=64, NB=8, NP=2, SINGLE=True, PIPE=True),
-         "pair_n64_pipe": dict(BN=64, NB=8, NP=2, PIPE=True)}
+         "pair_n64_pipe": dict(BN=64, NB=8, NP=2, PIPE=True),
+         "one_peel": dict(SINGLE=True, PEEL=True),
+         "one_n64_pipe_peel": dict(BN=64, NB=8, NP=2, SINGLE=True, PIPE=True, PEEL=True),
+         "pair_n64_pipe_peel": dict(BN=64, NB=8, NP=2, PIPE=True, PEEL=True)}
 
 
 def single(variant: str) -> bool:

@@ -25,12 +25,16 @@ tiles); two consumer groups, each taking half of a tile's columns for S, as thre
 accumulators: chunk 0, chunk 1, chunks 2-3, so that the prefix dots are A, A + B and
 A + B + C with no wait between chunks. Software-pipelined as ``bench_gluon_pair``'s
 ``_pipe_consumer``: the next tile's S wgmmas are issued before this tile's epilogue and
-run under it. The epilogue goes from the smallest dim up and stores, for its half of the
-columns, C^2, C^1 and C^0 into three shared P tiles; group 0 owns dx's features [0,
-128) (C^0 @ y[:, :64], C^1 @ y[:, 64:128]), group 1 [128, 256) (C^2 twice).
+run under it. The epilogue stores, for its half of the columns, C^2, C^1 and C^0 into
+three shared P tiles; group 0 owns dx's features [0, 128) (C^0 @ y[:, :64], C^1 @ y[:,
+64:128]), group 1 [128, 256) (C^2 twice).
 
-Dim 256 alone in the same pipelined shape: ``bench_gluon_pair.py --dims 256 --variants
-one_n64_pipe``.
+Variants: ``small3``, the epilogue of ``bench_gluon_pair``'s ``_coef`` (the library's
+``coefficient``) for each dim; ``small3_lean`` (``_lean``), fewer instructions an entry;
+``small3_lean_keep``, the same with the self pairs kept (checked against a reference
+that keeps them): what the pass would cost were the self pairs' test, which the compiler
+predicates into every tile, confined to the diagonal tiles. Dim 256 alone in the same
+pipelined shape: ``bench_gluon_pair.py --dims 256 --variants one_n64_pipe``.
 
 Checked against float32 jnp on the first 512 rows (dx's error over max |dx|, cs's
 likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, timed at 1 / 0.07:
@@ -38,8 +42,11 @@ likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, timed at 1 / 0.07
   python benchmarks/bench_gluon_small.py --batch 65536 --reps 10
   python benchmarks/bench_gluon_small.py --compile-only
 
-Not yet run on a GPU. sm_90 build (``--compile-only``, Triton 3.9.0): 176.5 KiB of shared
-memory, 452 B of spills, 1409-1444 instructions in a consumer's tile loop.
+Not yet run on a GPU. sm_90 builds (``--compile-only``, Triton 3.9.0), 176.5 KiB of
+shared memory each, spills and instructions in a consumer's tile loop: ``small3`` 452 B,
+1415-1436; ``small3_lean`` 516 B, 1228-1286; ``small3_lean_keep`` 244 B, 979-1041. At
+1000 a tile the consumers' issue is about 8.0 ms a pass (two warps a scheduler, 1.98
+GHz), the GEMM 5.6 at 790 TFLOP/s.
 """
 
 from __future__ import annotations
@@ -64,7 +71,7 @@ from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded,
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
 from benchmarks.bench_gluon_pair import _coef, _free_others
-from memeff_jax.backends.triton._common import row_stats
+from memeff_jax.backends.triton._common import off_diagonal, on_diagonal, row_stats
 from memeff_jax.backends.triton.stats_gluon import producer
 
 BM, BN, BK = 64, 64, 64
@@ -118,11 +125,61 @@ def _dim(p, k: gl.constexpr, st, scale2, row0, col0, rows, cols, row_off, col_of
 
 
 @gluon.jit
+def _lean(p, k: gl.constexpr, st, scale2, row0, col0, rows, cols, row_off, col_off, m, yt_ptr,
+          g_c_ptr, in_cols, BM: gl.constexpr, HALF: gl.constexpr, EXCL: gl.constexpr):
+  """``_dim`` with fewer instructions an entry: the exponent as one multiply and one FMA
+  (p b_j, then times a_i scale2, minus t_i), no s tile (c s = (c b_j) p a_i: the rows'
+  sums come without their a_i, multiplied in at the end), c a b as (c b_j) a_i. Columns
+  past m need no mask (b_j = 0 zeroes c b_j). EXCL drops the self pairs (``drop_pairs``,
+  whose test the compiler predicates into every tile); else they are kept."""
+  a, t, g_r = st
+  b = gl.load(yt_ptr + k * m + cols, mask=in_cols, other=0.0)
+  g_c = gl.load(g_c_ptr + k * m + cols, mask=in_cols, other=0.0)
+  pb = p * gl.expand_dims(b, 0)
+  arg = pb * gl.expand_dims(a * scale2, 1) - gl.expand_dims(t, 1)
+  c = gl.exp2(gl.minimum(arg, 8.0)) * (gl.expand_dims(g_r, 1) + gl.expand_dims(g_c, 0))
+  if EXCL:
+    if on_diagonal(row0, col0, row_off, col_off, BM, HALF):
+      c = gl.where(off_diagonal(rows, cols, row_off, col_off), c, 0.0)
+  cb = c * gl.expand_dims(b, 0)
+  return cb * gl.expand_dims(a, 1), gl.sum(cb * p, axis=1)
+
+
+@gluon.jit
+def _lean_tile(sa, sb, sc, st0, st1, st2, p_smem, pb, scale2, row0, col0, rows, cols, row_off,
+               col_off, m, yt_ptr, g_c_ptr, in_cols, CID: gl.constexpr, BM: gl.constexpr,
+               HALF: gl.constexpr, EXCL: gl.constexpr):
+  """The LEAN epilogue of a tile, from the largest dim down: C^2, C^1, C^0 stored (this
+  group's half of the columns of P set pb) as the suffix sums form; the three dims'
+  rows' sums of (c b) p."""
+  p = sa + sb
+  suffix, add2 = _lean(p + sc, 2, st2, scale2, row0, col0, rows, cols, row_off, col_off, m,
+                       yt_ptr, g_c_ptr, in_cols, BM, HALF, EXCL)
+  _put(p_smem, 3 * pb + 2, suffix, CID, HALF)
+  w, add1 = _lean(p, 1, st1, scale2, row0, col0, rows, cols, row_off, col_off, m, yt_ptr,
+                  g_c_ptr, in_cols, BM, HALF, EXCL)
+  suffix = suffix + w
+  _put(p_smem, 3 * pb + 1, suffix, CID, HALF)
+  w, add0 = _lean(sa, 0, st0, scale2, row0, col0, rows, cols, row_off, col_off, m, yt_ptr,
+                  g_c_ptr, in_cols, BM, HALF, EXCL)
+  _put(p_smem, 3 * pb, suffix + w, CID, HALF)
+  return add0, add1, add2
+
+
+@gluon.jit
+def _put(p_smem, i, v, CID: gl.constexpr, HALF: gl.constexpr):
+  """This group's half of the columns of P tile i."""
+  p_smem.index(i).slice(CID * HALF, HALF, dim=1).store(v.to(p_smem.dtype))
+
+
+@gluon.jit
 def _small_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                     off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m, row0, j_lo, j_hi,
                     dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
-                    BK: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr):
-  """Consumer group CID (see the module docstring)."""
+                    BK: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr,
+                    LEAN: gl.constexpr, KEEP: gl.constexpr):
+  """Consumer group CID (see the module docstring); LEAN: ``_lean``'s epilogue, from the
+  largest dim down, KEEP: with the self pairs kept."""
   HALF: gl.constexpr = BN // 2
   s_layout: gl.constexpr = gl.NVMMADistributedLayout(
       version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
@@ -153,28 +210,34 @@ def _small_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
     in_cols = cols < m
     # the next tile's S (past the split's end: the producer's extra tile, discarded)
     na, nb, nc = _walk3(x_smem, y_smem, ready, it + 4, zs, CID, HALF, NB)
-    p = sa
-    w0, add = _dim(p, 0, st0, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
-                   yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
-    cs0 += add
-    w0 = w0.to(p_smem.dtype)   # (a per-dim pass rounds each dim's too)
-    p = p + sb
-    w1, add = _dim(p, 1, st1, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
-                   yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
-    cs1 += add
-    w1 = w1.to(p_smem.dtype)
-    p = p + sc
-    w2, add = _dim(p, 2, st2, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
-                   yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
-    cs2 += add
     pb = t % NP
     mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
-    suffix = w2
-    p_smem.index(3 * pb + 2).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
-    suffix = suffix + w1.to(gl.float32)
-    p_smem.index(3 * pb + 1).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
-    suffix = suffix + w0.to(gl.float32)
-    p_smem.index(3 * pb).slice(CID * HALF, HALF, dim=1).store(suffix.to(p_smem.dtype))
+    if LEAN:
+      add0, add1, add2 = _lean_tile(sa, sb, sc, st0, st1, st2, p_smem, pb, scale2, row0, col0,
+                                    rows, cols, row_off, col_off, m, yt_ptr, g_c_ptr, in_cols,
+                                    CID, BM, HALF, not KEEP)
+      cs0 += add0
+      cs1 += add1
+      cs2 += add2
+    else:
+      p = sa
+      w0, add = _dim(p, 0, st0, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+                     yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
+      cs0 += add
+      w0 = w0.to(p_smem.dtype)   # (a per-dim pass rounds each dim's too)
+      p = p + sb
+      w1, add = _dim(p, 1, st1, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+                     yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
+      cs1 += add
+      w1 = w1.to(p_smem.dtype)
+      p = p + sc
+      suffix, add = _dim(p, 2, st2, scale2, row0, col0, rows, cols, row_off, col_off, n, m,
+                         yt_ptr, g_c_ptr, in_cols, scal_ptr, BM, HALF)
+      cs2 += add
+      _put(p_smem, 3 * pb + 2, suffix, CID, HALF)
+      suffix = suffix + w1.to(gl.float32)
+      _put(p_smem, 3 * pb + 1, suffix, CID, HALF)
+      _put(p_smem, 3 * pb, suffix + w0.to(gl.float32), CID, HALF)
     fence_async_shared()
     mbarrier.arrive(p_full.index(pb))
     mbarrier.wait(p_full.index(pb), (t // NP) & 1)        # both halves of the three written
@@ -204,6 +267,10 @@ def _small_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
   gl.store(at, (acc0 * out_mult).to(ty), mask=keep)
   gl.store(at + BK, (acc1 * out_mult).to(ty), mask=keep)
   cs_mult = gl.load(scal_ptr + 2)
+  if LEAN:   # (the rows' a_k, left out of the sums)
+    cs0 = cs0 * st0[0]
+    cs1 = cs1 * st1[0]
+    cs2 = cs2 * st2[0]
   gl.store(cs_ptr + CID * n + rows, cs0 * cs_mult, mask=in_rows)          # [3 dims, 2, n]
   gl.store(cs_ptr + (2 + CID) * n + rows, cs1 * cs_mult, mask=in_rows)
   gl.store(cs_ptr + (4 + CID) * n + rows, cs2 * cs_mult, mask=in_rows)
@@ -220,7 +287,8 @@ def _small_bwd_kernel(
     n, m, cols_per_split,
     dx_ptr,                    # [n, 256]
     cs_ptr,                    # [3 dims, 2 groups, n] fp32
-    NB: gl.constexpr, NP: gl.constexpr,
+    NB: gl.constexpr, NP: gl.constexpr, LEAN: gl.constexpr = False,
+    KEEP: gl.constexpr = False,   # (LEAN) self pairs kept: the reference's keep_self
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -249,10 +317,12 @@ def _small_bwd_kernel(
   gl.warp_specialize([
       (_small_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
                          scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
-                         row0, j_lo, j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, NB, NP)),
+                         row0, j_lo, j_hi, dx_ptr, cs_ptr, 0, BM, BN, BK, NB, NP, LEAN,
+                         KEEP)),
       (_small_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
                          scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
-                         row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, NB, NP)),
+                         row0, j_lo, j_hi, dx_ptr, cs_ptr, 1, BM, BN, BK, NB, NP, LEAN,
+                         KEEP)),
       (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi + BN,
                   BN, BK, 4, NB)),
   ], [4, 1], [240, 24])
@@ -275,11 +345,11 @@ def operands(x, y, scale2):
   return inv(x), inv(y), jnp.full((3, n), scale2, f32), g_r, g_c
 
 
-def reference(x, y, scale2, xt, yt, t, g_r, g_c, rows):
-  """dx [rows, 256] and cs [3, rows] in float32 jnp (self pairs dropped)."""
+def reference(x, y, scale2, xt, yt, t, g_r, g_c, rows, keep_self=False):
+  """dx [rows, 256] and cs [3, rows] in float32 jnp (self pairs dropped unless kept)."""
   x = x[:rows, :256].astype(jnp.float32)
   y = y[:, :256].astype(jnp.float32)
-  off = jnp.arange(rows)[:, None] == jnp.arange(y.shape[0])[None, :]
+  off = (jnp.arange(rows)[:, None] == jnp.arange(y.shape[0])[None, :]) & (not keep_self)
   dx, cs = jnp.zeros_like(x), []
   for k, d in enumerate(DIMS):
     ab = xt[k, :rows, None] * yt[k, None, :]
@@ -291,7 +361,7 @@ def reference(x, y, scale2, xt, yt, t, g_r, g_c, rows):
   return dx, jnp.stack(cs)
 
 
-def launch(x, y, scale2, xt, yt, t, g_r, g_c):
+def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   from memeff_jax import _compat  # pylint: disable=g-import-not-at-top
   n = x.shape[0]
@@ -305,7 +375,8 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c):
       g_c.reshape(-1), n, n, n, kernel=_small_bwd_kernel,
       out_shapes=[jax.ShapeDtypeStruct((n, 256), x.dtype),
                   jax.ShapeDtypeStruct((3, 2, n), f32)],
-      grid=(n // BM, 1), name="gluon_small3", num_warps=4, num_stages=1, NB=NB, NP=NP)
+      grid=(n // BM, 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB, NP=NP,
+      **FLAGS[variant])
   return dx, jnp.sum(cs, axis=1)
 
 
@@ -316,14 +387,15 @@ def run(a):
   x, y = clip_pairs(jax.random.key(0), n, 512)
   for variant in a.variants.split(","):
 
-    def body(row):
-      fn = jax.jit(launch)
+    def body(row, variant=variant):
+      fn = jax.jit(lambda *v: launch(*v, variant))
       for scale2, timed in ((LOG2E / 0.5, False), (LOG2E / 0.07, True)):
         s2 = jnp.asarray(scale2, jnp.float32)
         ops = operands(x, y, s2)
         if not timed:
           dx, cs = fn(x, y, s2, *ops)
-          want_dx, want_cs = reference(x, y, s2, *ops, CHECK_ROWS)
+          want_dx, want_cs = reference(x, y, s2, *ops, CHECK_ROWS,
+                                       keep_self=FLAGS[variant].get("KEEP", False))
           err = lambda got, want: float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
           err_dx = err(dx[:CHECK_ROWS].astype(jnp.float32), want_dx)
           err_cs = err(cs[:, :CHECK_ROWS], want_cs)
@@ -342,21 +414,24 @@ def run(a):
 # Without a GPU: compile for sm_90
 
 
-VARIANTS = {"small3": (lambda d: True,)}
+FLAGS = {"small3": {}, "small3_lean": dict(LEAN=True),
+         "small3_lean_keep": dict(LEAN=True, KEEP=True)}
+VARIANTS = {v: (lambda d: True,) for v in FLAGS}
 
 
 def compile_only(a):
   a.dims = "256"
 
   def build(variant, d):
-    del variant, d
+    del d
     desc = lambda r: f"tensordesc<bf16[{r},{BK}],{layout((r, BK))!r}>"
     sig = dict(x_desc=desc(BM), y_desc=desc(BN), off_ptr="*i32", n="i32", m="i32",
                cols_per_split="i32", dx_ptr="*bf16",
                **{p: "*fp32" for p in ("scal_ptr", "xt_ptr", "yt_ptr", "t_ptr", "g_r_ptr",
                                        "g_c_ptr", "cs_ptr")})
     ptrs = [k for k, v in sig.items() if v.startswith(("*", "tensordesc"))]
-    return compile_sm90(_small_bwd_kernel, sig, ptrs, dict(NB=NB, NP=NP), 4, 1), 4, {}
+    consts = dict(NB=NB, NP=NP, **FLAGS[variant])
+    return compile_sm90(_small_bwd_kernel, sig, ptrs, consts, 4, 1), 4, {}
   compile_rows(a, VARIANTS, build)
 
 
