@@ -152,14 +152,16 @@ def tile_loops(sass: str) -> list:
     if m:
       at.append(int(m.group(1), 16))
       ops.append(m.group(2))
+  index = {a: i for i, a in enumerate(at)}
   spans = []
   for i, op in enumerate(ops):
     target = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", op)
-    if target and int(target.group(1), 16) in at[:i]:
-      body = ops[at.index(int(target.group(1), 16)):i + 1]
+    start = index.get(int(target.group(1), 16), i) if target else i
+    if start < i:   # a backward branch
+      body = ops[start:i + 1]
       mufu, mma = sum("MUFU" in o for o in body), sum("HGMMA" in o for o in body)
       if mufu and mma:
-        spans.append((at.index(int(target.group(1), 16)), i, [len(body), mufu, mma]))
+        spans.append((start, i, [len(body), mufu, mma]))
   kept = []   # shortest first; a span overlapping a kept one is a branch back into it
   for a, b, c in sorted(spans, key=lambda s: s[1] - s[0]):
     if all(b < a2 or b2 < a for a2, b2, _ in kept):
