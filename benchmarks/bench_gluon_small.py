@@ -130,8 +130,8 @@ def _lean(p, k: gl.constexpr, st, scale2, row0, col0, rows, cols, row_off, col_o
   """``_dim`` with fewer instructions an entry: the exponent as one multiply and one FMA
   (p b_j, then times a_i scale2, minus t_i), no s tile (c s = (c b_j) p a_i: the rows'
   sums come without their a_i, multiplied in at the end), c a b as (c b_j) a_i. Columns
-  past m need no mask (b_j = 0 zeroes c b_j). EXCL drops the self pairs (``drop_pairs``,
-  whose test the compiler predicates into every tile); else they are kept."""
+  past m need no mask (b_j = 0 zeroes c b_j). EXCL drops the self pairs as ``drop_pairs``
+  does (the compiler predicates the test into every tile); else they are kept."""
   a, t, g_r = st
   b = gl.load(yt_ptr + k * m + cols, mask=in_cols, other=0.0)
   g_c = gl.load(g_c_ptr + k * m + cols, mask=in_cols, other=0.0)
