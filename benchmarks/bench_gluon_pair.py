@@ -137,6 +137,33 @@ def _start(scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, BM: gl.constexpr,
 
 
 @gluon.jit
+def _chunk(y_smem, ready, pos, CID: gl.constexpr, HALF: gl.constexpr, NB: gl.constexpr):
+  """This group's half of the ring chunk at ``pos``, once loaded (a wgmma's B)."""
+  mbarrier.wait(ready.index(pos % NB), (pos // NB) & 1)
+  return y_smem.index(pos % NB).slice(CID * HALF, HALF, dim=0).permute((1, 0))
+
+
+@gluon.jit
+def _ring_barriers(NB: gl.constexpr, NP: gl.constexpr):
+  """The mbarriers of a two-consumer kernel, initialized: x loaded; each of NB ring chunks
+  ready and empty (freed by the other group's S and its owner's P @ y); each of NP P sets
+  full (both halves written) and free (both groups' P @ y done)."""
+  x_bar = mbarrier.allocate_mbarrier()
+  ready = mbarrier.allocate_mbarrier(batch=NB)
+  empty = mbarrier.allocate_mbarrier(batch=NB)
+  p_full = mbarrier.allocate_mbarrier(batch=NP)
+  p_free = mbarrier.allocate_mbarrier(batch=NP)
+  mbarrier.init(x_bar, count=1)
+  for i in gl.static_range(NB):
+    mbarrier.init(ready.index(i), count=1)
+    mbarrier.init(empty.index(i), count=2)
+  for i in gl.static_range(NP):
+    mbarrier.init(p_full.index(i), count=2)
+    mbarrier.init(p_free.index(i), count=2)
+  return x_bar, ready, empty, p_full, p_free
+
+
+@gluon.jit
 def _coef(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t, g_r, g_c, scal_ptr,
           BM: gl.constexpr, SN: gl.constexpr, PEEL: gl.constexpr = False):
   """One dim's coefficients on its cosines s [BM, SN] (``coefficient``'s SHARED form, both
@@ -211,20 +238,16 @@ def _pair_consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, 
       g_c1 = gl.load(g_c_ptr + m + cols, mask=in_cols, other=0.0)
     lo = zs
     for k in gl.static_range(NOC):   # the prefix dot
-      slot = (it + k) % NB
-      mbarrier.wait(ready.index(slot), ((it + k) // NB) & 1)
-      b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
-      lo = warpgroup_mma(x_smem.index(k), b, lo, use_acc=k > 0, is_async=True)
+      lo = warpgroup_mma(x_smem.index(k), _chunk(y_smem, ready, it + k, CID, HALF, NB), lo,
+                         use_acc=k > 0, is_async=True)
     lo = warpgroup_mma_wait(num_outstanding=0, deps=(lo,))
     if CID == 1:   # group 0's chunks: this group's S use is over
       for k in gl.static_range(NOC):
         mbarrier.arrive(empty.index((it + k) % NB))
     full = lo
     for k in gl.static_range(NOC, KCH):   # the rest, in flight under dim 0's epilogue
-      slot = (it + k) % NB
-      mbarrier.wait(ready.index(slot), ((it + k) // NB) & 1)
-      b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
-      full = warpgroup_mma(x_smem.index(k), b, full, use_acc=True, is_async=True)
+      full = warpgroup_mma(x_smem.index(k), _chunk(y_smem, ready, it + k, CID, HALF, NB),
+                           full, use_acc=True, is_async=True)
     if not SINGLE:
       s0 = lo * gl.expand_dims(a0, 1) * gl.expand_dims(b0, 0)
       c0, add = _coef(s0, scale2, row0, col0, rows, cols, row_off, col_off, n, m, t0, g_r0,
@@ -276,9 +299,7 @@ def _walk(x_smem, y_smem, ready, it, lo, hi, CID: gl.constexpr, HALF: gl.constex
   columns), none waited for: SPLIT, the prefix chunks [0, KCH / 2) into lo and the rest
   into hi (the prefix dot is lo, the whole dot lo + hi); else every chunk into lo."""
   for k in gl.static_range(KCH):
-    slot = (it + k) % NB
-    mbarrier.wait(ready.index(slot), ((it + k) // NB) & 1)
-    b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
+    b = _chunk(y_smem, ready, it + k, CID, HALF, NB)
     if SPLIT and k >= KCH // 2:
       hi = warpgroup_mma(x_smem.index(k), b, hi, use_acc=k > KCH // 2, is_async=True)
     else:
@@ -408,18 +429,7 @@ def _pair_bwd_kernel(
   p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16,
                                                 rank=2)
   p_smem = gl.allocate_shared_memory(x_desc.dtype, [2 * NP, BM, BN], p_layout)
-  x_bar = mbarrier.allocate_mbarrier()
-  ready = mbarrier.allocate_mbarrier(batch=NB)
-  empty = mbarrier.allocate_mbarrier(batch=NB)
-  p_full = mbarrier.allocate_mbarrier(batch=NP)
-  p_free = mbarrier.allocate_mbarrier(batch=NP)
-  mbarrier.init(x_bar, count=1)
-  for i in gl.static_range(NB):
-    mbarrier.init(ready.index(i), count=1)
-    mbarrier.init(empty.index(i), count=2)   # the other group's S, the owner's P @ y
-  for i in gl.static_range(NP):
-    mbarrier.init(p_full.index(i), count=2)
-    mbarrier.init(p_free.index(i), count=2)
+  x_bar, ready, empty, p_full, p_free = _ring_barriers(NB, NP)
   if PIPE:   # (the producer loads one tile past the split: the consumers' last S is ahead)
     gl.warp_specialize([
         (_pipe_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,

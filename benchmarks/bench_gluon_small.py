@@ -70,7 +70,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
-from benchmarks.bench_gluon_pair import _coef, _free_others
+from benchmarks.bench_gluon_pair import _chunk, _coef, _free_others, _ring_barriers
 from memeff_jax.backends.triton._common import off_diagonal, on_diagonal, row_stats
 from memeff_jax.backends.triton.stats_gluon import producer
 
@@ -78,13 +78,6 @@ BM, BN, BK = 64, 64, 64
 DIMS = (64, 128, 256)
 NB = 12      # ring chunks: three tiles of four
 NP = 2       # P sets (three tiles each)
-
-
-@gluon.jit
-def _chunk(y_smem, ready, pos, CID: gl.constexpr, HALF: gl.constexpr, NB: gl.constexpr):
-  """This group's half of the ring chunk at ``pos``, once loaded (a wgmma's B)."""
-  mbarrier.wait(ready.index(pos % NB), (pos // NB) & 1)
-  return y_smem.index(pos % NB).slice(CID * HALF, HALF, dim=0).permute((1, 0))
 
 
 @gluon.jit
@@ -302,18 +295,7 @@ def _small_bwd_kernel(
   p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16,
                                                 rank=2)
   p_smem = gl.allocate_shared_memory(x_desc.dtype, [3 * NP, BM, BN], p_layout)
-  x_bar = mbarrier.allocate_mbarrier()
-  ready = mbarrier.allocate_mbarrier(batch=NB)
-  empty = mbarrier.allocate_mbarrier(batch=NB)
-  p_full = mbarrier.allocate_mbarrier(batch=NP)
-  p_free = mbarrier.allocate_mbarrier(batch=NP)
-  mbarrier.init(x_bar, count=1)
-  for i in gl.static_range(NB):
-    mbarrier.init(ready.index(i), count=1)
-    mbarrier.init(empty.index(i), count=2)   # the other group's S, the owner's P @ y
-  for i in gl.static_range(NP):
-    mbarrier.init(p_full.index(i), count=2)
-    mbarrier.init(p_free.index(i), count=2)
+  x_bar, ready, empty, p_full, p_free = _ring_barriers(NB, NP)
   gl.warp_specialize([
       (_small_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free,
                          scal_ptr, off_ptr, xt_ptr, yt_ptr, t_ptr, g_r_ptr, g_c_ptr, n, m,
