@@ -36,6 +36,23 @@ that keeps them): what the pass would cost were the self pairs' test, which the 
 predicates into every tile, confined to the diagonal tiles. Dim 256 alone in the same
 pipelined shape: ``bench_gluon_pair.py --dims 256 --variants one_n64_pipe``.
 
+``small3_tight`` (``_tight_kernel``) takes out what the lean loop's SASS spends besides
+the epilogue's arithmetic, the self pairs' test included:
+- the split's one or two tiles holding self pairs are walked first, alone tested
+  (``_tile_order``; the walk wraps around the split); the rest two tiles a loop
+  iteration, so the next tile's S and the current one trade registers (the lean loop
+  copied the three accumulators, 48 MOVs a tile);
+- the columns' statistics come with the tile: per 64 columns an [8, 64] fp32 block (b_k
+  and g_c,k b_k of the three dims, ``column_blocks``), TMA-loaded into shared memory on
+  the tile's mbarrier and read with LDS.64, where the lean loop had 48 predicated global
+  loads, their address arithmetic and the masked lanes' zeroing;
+- one mbarrier pair a tile rather than a chunk (one wait and one arrival a tile where
+  the chunk ring had four of each);
+- the epilogue: c b_j = 2^(p b_j a_i scale2 - t_i) (g_r,i b_j + g_c,j b_j), the clamp of
+  the exponent only in the tested tiles (kept entries have z <= t), and P without the
+  rows' a: Q_2 = c^2 b, Q_1 = c^1 b + Q_2 a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0 (one FMA
+  each), dx's segment k scaled by a_k,i once, at the end.
+
 Checked against float32 jnp on the first 512 rows (dx's error over max |dx|, cs's
 likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, timed at 1 / 0.07:
 
@@ -44,9 +61,15 @@ likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, timed at 1 / 0.07
 
 Not yet run on a GPU. sm_90 builds (``--compile-only``, Triton 3.9.0), 176.5 KiB of
 shared memory each, spills and instructions in a consumer's tile loop: ``small3`` 452 B,
-1415-1436; ``small3_lean`` 516 B, 1228-1286; ``small3_lean_keep`` 244 B, 979-1041. At
-1000 a tile the consumers' issue is about 8.0 ms a pass (two warps a scheduler, 1.98
-GHz), the GEMM 5.6 at 790 TFLOP/s.
+1415-1436; ``small3_lean`` 516 B, 1228-1286; ``small3_lean_keep`` 244 B, 979-1041;
+``small3_tight`` (184.4 KiB) 168 B, 1320 in the two-tile loop (660 a tile; 48
+exponentials, 24 wgmmas; 704-707 with the clamp in every tile) and 886-920 in the tested
+one (its fifth ``tile_loops`` span, 523 instructions, is the out-of-line mbarrier retry
+code). At 1000 a tile the consumers' issue is about 8.0 ms a pass (two warps a scheduler,
+1.98 GHz), so about 5.3 at 660; the GEMM is 5.6 at 790 TFLOP/s. The tight kernel's walk order and algebra were checked on
+the CPU by a float64 NumPy model of it (not kept): against ``reference`` within 5.6e-7
+(n = 320), and with row / column offsets and two or three splits against a float64
+reference dropping the offset self pairs within 1.4e-15. The kernel runs on a GPU only.
 """
 
 from __future__ import annotations
@@ -63,7 +86,7 @@ import jax.numpy as jnp
 import numpy as np
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma,
                                                               warpgroup_mma_wait)
 
@@ -311,6 +334,264 @@ def _small_bwd_kernel(
 
 
 # ---------------------------------------------------------------------------------------
+# ``small3_tight``: the same pass with fewer instructions a tile
+
+
+NT = 3       # tight ring: three tiles of four chunks, one mbarrier pair a tile
+STATS_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+
+
+@gluon.jit
+def _tile_order(row0, row_off, col_off, j_lo, j_hi, BM: gl.constexpr, BN: gl.constexpr):
+  """The split's column tiles in walk order, the ones holding self pairs first: how many
+  tiles, the first holding self pairs (k0; the walk is k0, k0 + 1, ... mod the count)
+  and how many hold them (0-2)."""
+  ntiles = (j_hi - j_lo + BN - 1) // BN
+  diag = row0 + row_off - col_off - j_lo   # the split's column of row0's self pair
+  u = diag - BN
+  k0 = gl.minimum(gl.where(u < 0, 0, u // BN + 1), ntiles)
+  u = diag + BM
+  k1 = gl.maximum(k0, gl.minimum(gl.where(u <= 0, 0, (u + BN - 1) // BN), ntiles))
+  return ntiles, k0, k1 - k0
+
+
+@gluon.jit
+def _tight_start(x_desc, y_desc, s_desc, off_ptr, m, cols_per_split, NT: gl.constexpr):
+  """A tight kernel's program: its first row, split, walk (``_tile_order``) and shared
+  memory: x's four chunks, the ring's NT tiles of four chunks, and four statistics
+  blocks (tile i's in block i % 4: the producer writes tile i + 4's once tile i + 1's
+  ring slot is freed, so after tile i's reads) with their view a statistic a row."""
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  gl.static_assert(BK == 64 and BN == 64)
+  row0 = gl.program_id(0) * BM
+  j_lo = gl.program_id(1) * cols_per_split
+  j_hi = gl.minimum(m, j_lo + cols_per_split)
+  ntiles, k0, ndiag = _tile_order(row0, gl.load(off_ptr), gl.load(off_ptr + 1), j_lo, j_hi,
+                                  BM, BN)
+  x_smem = gl.allocate_shared_memory(x_desc.dtype, [4, BM, BK], x_desc.layout)
+  y_smem = gl.allocate_shared_memory(y_desc.dtype, [4 * NT, BN, BK], y_desc.layout)
+  st_smem = gl.allocate_shared_memory(s_desc.dtype, [4, 8, BN], s_desc.layout)
+  # TMA stores an unswizzled block row by row: read it so (a view takes a power-of-two
+  # shape, hence four blocks)
+  st_rows = st_smem.reinterpret(s_desc.dtype, [4 * 8, BN],
+                                gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+  return row0, j_lo, ntiles, k0, ndiag, x_smem, y_smem, st_smem, st_rows
+
+
+@gluon.jit
+def _tight_producer(x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
+                    row0, j_lo, ntiles, k0, BN: gl.constexpr, BK: gl.constexpr,
+                    NT: gl.constexpr):
+  """One warp: x's first 256 features once, then each tile in walk order, one past the
+  end (the consumers' discarded next S): its four chunks and its columns' statistics
+  block, one mbarrier a tile."""
+  mbarrier.expect(x_bar, 4 * x_desc.block_type.nbytes)
+  for k in gl.static_range(4):
+    tma.async_load(x_desc, [row0, k * BK], x_bar, x_smem.index(k))
+  for i in range(0, ntiles + 1):
+    slot = i % NT
+    mbarrier.wait(empty.index(slot), ((i // NT) & 1) ^ 1)   # fresh: passes
+    mbarrier.expect(ready.index(slot),
+                    4 * y_desc.block_type.nbytes + s_desc.block_type.nbytes)
+    j = j_lo + ((k0 + i) % ntiles) * BN
+    for k in gl.static_range(4):
+      tma.async_load(y_desc, [j, k * BK], ready.index(slot), y_smem.index(4 * slot + k))
+    tma.async_load(s_desc, [(j // BN) * 8, 0], ready.index(slot), st_smem.index(i % 4))
+
+
+@gluon.jit
+def _ychunk(y_smem, slot, k: gl.constexpr, CID: gl.constexpr, HALF: gl.constexpr):
+  """This group's half of chunk k of the tile in ring slot ``slot`` (a wgmma's B)."""
+  return y_smem.index(4 * slot + k).slice(CID * HALF, HALF, dim=0).permute((1, 0))
+
+
+@gluon.jit
+def _walk_tile(x_smem, y_smem, ready, i, zs, CID: gl.constexpr, HALF: gl.constexpr,
+               NT: gl.constexpr):
+  """``_walk3`` on the tight ring: tile i's S wgmmas (A, B, C), none waited for."""
+  slot = i % NT
+  mbarrier.wait(ready.index(slot), (i // NT) & 1)
+  sa = warpgroup_mma(x_smem.index(0), _ychunk(y_smem, slot, 0, CID, HALF), zs, use_acc=False,
+                     is_async=True)
+  sb = warpgroup_mma(x_smem.index(1), _ychunk(y_smem, slot, 1, CID, HALF), zs, use_acc=False,
+                     is_async=True)
+  sc = warpgroup_mma(x_smem.index(2), _ychunk(y_smem, slot, 2, CID, HALF), zs, use_acc=False,
+                     is_async=True)
+  sc = warpgroup_mma(x_smem.index(3), _ychunk(y_smem, slot, 3, CID, HALF), sc, is_async=True)
+  return sa, sb, sc
+
+
+@gluon.jit
+def _tight_dim(p, st_rows, r, a_s, t, g_r, keep, CID: gl.constexpr, HALF: gl.constexpr,
+               EXCL: gl.constexpr):
+  """A dim on its prefix dot p: c b_j = 2^(p b_j a_i scale2 - t_i) (g_r,i b_j + g_c,j b_j)
+  (the columns' b and g_c b: rows r and r + 3 of the statistics blocks); where EXCL, the
+  exponent clamped to 8 and the self pairs zeroed (kept entries have z <= t, so only a
+  dropped one needs the clamp: ``coefficient``'s SHARED form); and the rows' sums of
+  (c b) p (a_i left out)."""
+  layout: gl.constexpr = gl.SliceLayout(0, p.type.layout)
+  b = gl.expand_dims(st_rows.index(r).slice(CID * HALF, HALF).load(layout), 0)
+  gb = gl.expand_dims(st_rows.index(r + 3).slice(CID * HALF, HALF).load(layout), 0)
+  arg = (p * b) * gl.expand_dims(a_s, 1) - gl.expand_dims(t, 1)
+  if EXCL:
+    arg = gl.minimum(arg, 8.0)
+  cb = gl.exp2(arg) * (gl.expand_dims(g_r, 1) * b + gb)
+  if EXCL:
+    cb = gl.where(keep, cb, 0.0)
+  return cb, gl.sum(cb * p, axis=1)
+
+
+@gluon.jit
+def _tight_tile(i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+                ready, empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles,
+                k0, CID: gl.constexpr, BN: gl.constexpr, NT: gl.constexpr, NP: gl.constexpr,
+                EXCL: gl.constexpr):
+  """Walk position i: the next tile's S issued, this tile's epilogue under it (from the
+  largest dim down, P as Q_2 = c^2 b, Q_1 = c^1 b + Q_2 a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 /
+  a_0; dx's segment k is a_k,i (Q_k @ y)), P @ y, then everything waited for and the
+  tile's ring slot and P set freed."""
+  HALF: gl.constexpr = BN // 2
+  a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
+  na, nb, nc = _walk_tile(x_smem, y_smem, ready, i + 1, zs, CID, HALF, NT)
+  slot = i % NT
+  keep = 0
+  if EXCL:
+    cols = j_lo + ((k0 + i) % ntiles) * BN + CID * HALF + gl.arange(
+        0, HALF, layout=gl.SliceLayout(0, zs.type.layout))
+    keep = off_diagonal(rows, cols, row_off, col_off)
+  pb = i % NP
+  mbarrier.wait(p_free.index(pb), ((i // NP) & 1) ^ 1)   # tile i - NP's P @ y done
+  p = sa + sb
+  q, add2 = _tight_dim(p + sc, st_rows, 8 * (i % 4) + 2, a2s, t2, g2, keep, CID, HALF, EXCL)
+  _put(p_smem, 3 * pb + 2, q, CID, HALF)
+  cb, add1 = _tight_dim(p, st_rows, 8 * (i % 4) + 1, a1s, t1, g1, keep, CID, HALF, EXCL)
+  q = q * gl.expand_dims(r21, 1) + cb
+  _put(p_smem, 3 * pb + 1, q, CID, HALF)
+  cb, add0 = _tight_dim(sa, st_rows, 8 * (i % 4), a0s, t0, g0, keep, CID, HALF, EXCL)
+  _put(p_smem, 3 * pb, q * gl.expand_dims(r10, 1) + cb, CID, HALF)
+  fence_async_shared()
+  mbarrier.arrive(p_full.index(pb))
+  mbarrier.wait(p_full.index(pb), (i // NP) & 1)        # both halves of the three written
+  if CID == 0:
+    acc0 = warpgroup_mma(p_smem.index(3 * pb), y_smem.index(4 * slot), acc0, is_async=True)
+    acc1 = warpgroup_mma(p_smem.index(3 * pb + 1), y_smem.index(4 * slot + 1), acc1,
+                         is_async=True)
+  else:
+    acc0 = warpgroup_mma(p_smem.index(3 * pb + 2), y_smem.index(4 * slot + 2), acc0,
+                         is_async=True)
+    acc1 = warpgroup_mma(p_smem.index(3 * pb + 2), y_smem.index(4 * slot + 3), acc1,
+                         is_async=True)
+  na, nb, nc, acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(na, nb, nc, acc0, acc1))
+  mbarrier.arrive(empty.index(slot))   # this group is done with the tile
+  mbarrier.arrive(p_free.index(pb))
+  return na, nb, nc, acc0, acc1, cs0 + add0, cs1 + add1, cs2 + add2
+
+
+@gluon.jit
+def _tight_consumer(x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
+                    scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
+                    ndiag, dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr,
+                    BN: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, NP: gl.constexpr):
+  """``_small_consumer`` with fewer instructions a tile: the tiles holding self pairs
+  walked first and alone tested for them; the rest two a loop iteration, so that the
+  next tile's S and the current one swap roles instead of being copied; the columns'
+  statistics from shared memory (TMA-loaded with the tile); ``_tight_tile``'s epilogue."""
+  HALF: gl.constexpr = BN // 2
+  s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HALF, 16])
+  o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BK, 16])
+  scale2 = gl.load(scal_ptr)
+  row_off = gl.load(off_ptr)
+  col_off = gl.load(off_ptr + 1)
+  rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
+  in_rows = rows < n
+  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
+  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
+  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  t0, g0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, BM, True, False)
+  t1, g1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, BM, True, False)
+  t2, g2, _ = row_stats(t_ptr + 2 * n, g_r_ptr + 2 * n, t_ptr, rows, in_rows, BM, True, False)
+  rs = (a0 * scale2, a1 * scale2, a2 * scale2, t0, t1, t2, g0, g1, g2, a2 / a1, a1 / a0)
+  zs = gl.zeros([BM, HALF], gl.float32, layout=s_layout)
+  cs0 = gl.zeros([BM], gl.float32, layout=gl.SliceLayout(1, s_layout))
+  cs1, cs2 = cs0, cs0
+  acc0 = gl.zeros([BM, BK], gl.float32, layout=o_layout)
+  acc1 = acc0
+  mbarrier.wait(x_bar, 0)
+  sa, sb, sc = _walk_tile(x_smem, y_smem, ready, 0, zs, CID, HALF, NT)
+  sa, sb, sc = warpgroup_mma_wait(num_outstanding=0, deps=(sa, sb, sc))
+  for i in range(0, ndiag):   # the tiles holding self pairs: tested
+    sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
+        i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
+        empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, NT,
+        NP, True)
+  for i in range(ndiag, ntiles - 1, 2):   # the rest, two an iteration
+    sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
+        i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
+        empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, NT,
+        NP, False)
+    sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
+        i + 1, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
+        empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, NT,
+        NP, False)
+  if (ntiles - ndiag) % 2 == 1:   # and the odd one
+    sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
+        ntiles - 1, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+        ready, empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID,
+        BN, NT, NP, False)
+  out_mult = gl.load(scal_ptr + 1)
+  orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
+  in_orows = orows < n
+  feats = 2 * CID * BK + gl.arange(0, BK, layout=gl.SliceLayout(0, o_layout))
+  at = dx_ptr + gl.expand_dims(orows, 1).to(gl.int64) * (4 * BK) + gl.expand_dims(feats, 0)
+  keep = gl.expand_dims(in_orows, 1) & gl.expand_dims(feats < 4 * BK, 0)
+  ty = dx_ptr.dtype.element_ty
+  # dx's segments: a_0 (Q_0 @ y), a_1 (Q_1 @ y) (group 0); a_2 (Q_2 @ y) twice (group 1)
+  m0 = gl.load(xt_ptr + 2 * CID * n + orows, mask=in_orows, other=0.0) * out_mult
+  m1 = gl.load(xt_ptr + (1 + CID) * n + orows, mask=in_orows, other=0.0) * out_mult
+  gl.store(at, (acc0 * gl.expand_dims(m0, 1)).to(ty), mask=keep)
+  gl.store(at + BK, (acc1 * gl.expand_dims(m1, 1)).to(ty), mask=keep)
+  cs_mult = gl.load(scal_ptr + 2)
+  gl.store(cs_ptr + CID * n + rows, cs0 * (a0 * cs_mult), mask=in_rows)     # [3 dims, 2, n]
+  gl.store(cs_ptr + (2 + CID) * n + rows, cs1 * (a1 * cs_mult), mask=in_rows)
+  gl.store(cs_ptr + (4 + CID) * n + rows, cs2 * (a2 * cs_mult), mask=in_rows)
+
+
+@gluon.jit
+def _tight_kernel(
+    x_desc, y_desc,            # TMA descriptors: x, y [n, >= 256] in [64, 64] blocks
+    s_desc,                    # TMA descriptor: the columns' statistics [m / 64 * 8, 64]
+                               # fp32 in [8, 64] blocks (``column_blocks``)
+    scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr,   # as ``_small_bwd_kernel``'s
+    n, m, cols_per_split,      # (cols_per_split a multiple of 64)
+    dx_ptr, cs_ptr,
+    NT: gl.constexpr, NP: gl.constexpr,
+):
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  row0, j_lo, ntiles, k0, ndiag, x_smem, y_smem, st_smem, st_rows = _tight_start(
+      x_desc, y_desc, s_desc, off_ptr, m, cols_per_split, NT)
+  p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=64, element_bitwidth=16,
+                                                rank=2)
+  p_smem = gl.allocate_shared_memory(x_desc.dtype, [3 * NP, BM, BN], p_layout)
+  x_bar, ready, empty, p_full, p_free = _ring_barriers(NT, NP)
+  gl.warp_specialize([
+      (_tight_consumer, (x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
+                         scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
+                         ndiag, dx_ptr, cs_ptr, 0, BM, BN, BK, NT, NP)),
+      (_tight_consumer, (x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
+                         scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
+                         ndiag, dx_ptr, cs_ptr, 1, BM, BN, BK, NT, NP)),
+      (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
+                         row0, j_lo, ntiles, k0, BN, BK, NT)),
+  ], [4, 1], [240, 24])
+
+
+# ---------------------------------------------------------------------------------------
 # On the GPU (jax-triton)
 
 
@@ -352,14 +633,31 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
   off = jnp.zeros((2,), jnp.int32)
   xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
   yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
-  dx, cs = _compat.triton_call(
-      xd, yd, scal, off, xt.reshape(-1), yt.reshape(-1), t.reshape(-1), g_r.reshape(-1),
-      g_c.reshape(-1), n, n, n, kernel=_small_bwd_kernel,
-      out_shapes=[jax.ShapeDtypeStruct((n, 256), x.dtype),
-                  jax.ShapeDtypeStruct((3, 2, n), f32)],
-      grid=(n // BM, 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB, NP=NP,
-      **FLAGS[variant])
+  out_shapes = [jax.ShapeDtypeStruct((n, 256), x.dtype), jax.ShapeDtypeStruct((3, 2, n), f32)]
+  if variant in TIGHT:
+    sd = jt.TensorDescriptor.from_array(column_blocks(yt, g_c), (8, BN), layout=STATS_LAYOUT)
+    dx, cs = _compat.triton_call(
+        xd, yd, sd, scal, off, xt.reshape(-1), t.reshape(-1), g_r.reshape(-1), n, n, n,
+        kernel=_tight_kernel, out_shapes=out_shapes, grid=(n // BM, 1),
+        name=f"gluon_{variant}", num_warps=4, num_stages=1, NT=NT, NP=NP)
+  else:
+    dx, cs = _compat.triton_call(
+        xd, yd, scal, off, xt.reshape(-1), yt.reshape(-1), t.reshape(-1), g_r.reshape(-1),
+        g_c.reshape(-1), n, n, n, kernel=_small_bwd_kernel, out_shapes=out_shapes,
+        grid=(n // BM, 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB, NP=NP,
+        **FLAGS[variant])
   return dx, jnp.sum(cs, axis=1)
+
+
+def column_blocks(yt, g_c):
+  """``small3_tight``'s column statistics, [m / 64 8, 64] fp32 (m padded to whole tiles):
+  per tile of 64 columns, the rows b_0, b_1, b_2, g_c,0 b_0, g_c,1 b_1, g_c,2 b_2, 0, 0
+  (zeros past m: a column with b = 0 adds nothing)."""
+  m = yt.shape[1]
+  pad = -m % BN
+  rows = jnp.concatenate([yt, g_c * yt, jnp.zeros((2, m), yt.dtype)])
+  rows = jnp.pad(rows, ((0, 0), (0, pad)))
+  return rows.reshape(8, -1, BN).transpose(1, 0, 2).reshape(-1, BN)
 
 
 def run(a):
@@ -377,7 +675,7 @@ def run(a):
         if not timed:
           dx, cs = fn(x, y, s2, *ops)
           want_dx, want_cs = reference(x, y, s2, *ops, CHECK_ROWS,
-                                       keep_self=FLAGS[variant].get("KEEP", False))
+                                       keep_self=FLAGS.get(variant, {}).get("KEEP", False))
           err = lambda got, want: float(jnp.max(jnp.abs(got - want)) / jnp.max(jnp.abs(want)))
           err_dx = err(dx[:CHECK_ROWS].astype(jnp.float32), want_dx)
           err_cs = err(cs[:, :CHECK_ROWS], want_cs)
@@ -398,7 +696,8 @@ def run(a):
 
 FLAGS = {"small3": {}, "small3_lean": dict(LEAN=True),
          "small3_lean_keep": dict(LEAN=True, KEEP=True)}
-VARIANTS = {v: (lambda d: True,) for v in FLAGS}
+TIGHT = ("small3_tight",)   # ``_tight_kernel``
+VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT)}
 
 
 def compile_only(a):
@@ -411,9 +710,14 @@ def compile_only(a):
                cols_per_split="i32", dx_ptr="*bf16",
                **{p: "*fp32" for p in ("scal_ptr", "xt_ptr", "yt_ptr", "t_ptr", "g_r_ptr",
                                        "g_c_ptr", "cs_ptr")})
+    if variant in TIGHT:
+      kernel, consts = _tight_kernel, dict(NT=NT, NP=NP)
+      sig["s_desc"] = f"tensordesc<fp32[8,{BN}],{STATS_LAYOUT!r}>"
+      del sig["yt_ptr"], sig["g_c_ptr"]
+    else:
+      kernel, consts = _small_bwd_kernel, dict(NB=NB, NP=NP, **FLAGS[variant])
     ptrs = [k for k, v in sig.items() if v.startswith(("*", "tensordesc"))]
-    consts = dict(NB=NB, NP=NP, **FLAGS[variant])
-    return compile_sm90(_small_bwd_kernel, sig, ptrs, consts, 4, 1), 4, {}
+    return compile_sm90(kernel, sig, ptrs, consts, 4, 1), 4, {}
   compile_rows(a, VARIANTS, build)
 
 
