@@ -52,6 +52,9 @@ the epilogue's arithmetic, the self pairs' test included:
   the exponent only in the tested tiles (kept entries have z <= t), and P without the
   rows' a: Q_2 = c^2 b, Q_1 = c^1 b + Q_2 a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0 (one FMA
   each), dx's segment k scaled by a_k,i once, at the end.
+``small3_tight`` still waits for a tile's P @ y at the tile's end (half the pass's GEMM
+work, under no epilogue); ``small3_tight_defer`` waits for it a tile later, under the
+next tile's epilogue (a fourth ring tile; the P sets and ring slots freed a tile late).
 
 Checked against float32 jnp on the first 512 rows (dx's error over max |dx|, cs's
 likewise; wrong over 2e-2 or NaN) at a logit scale of 1 / 0.5, timed at 1 / 0.07:
@@ -64,12 +67,15 @@ shared memory each, spills and instructions in a consumer's tile loop: ``small3`
 1415-1436; ``small3_lean`` 516 B, 1228-1286; ``small3_lean_keep`` 244 B, 979-1041;
 ``small3_tight`` (184.4 KiB) 168 B, 1320 in the two-tile loop (660 a tile; 48
 exponentials, 24 wgmmas; 704-707 with the clamp in every tile) and 886-920 in the tested
-one (its fifth ``tile_loops`` span, 523 instructions, is the out-of-line mbarrier retry
-code). At 1000 a tile the consumers' issue is about 8.0 ms a pass (two warps a scheduler,
-1.98 GHz), so about 5.3 at 660; the GEMM is 5.6 at 790 TFLOP/s. The tight kernel's walk order and algebra were checked on
-the CPU by a float64 NumPy model of it (not kept): against ``reference`` within 5.6e-7
-(n = 320), and with row / column offsets and two or three splits against a float64
-reference dropping the offset self pairs within 1.4e-15. The kernel runs on a GPU only.
+one (its fifth ``tile_loops`` span, about 520 instructions, is the out-of-line mbarrier
+retry code). At 1000 a tile the consumers' issue is about 8.0 ms a pass (two warps a scheduler,
+1.98 GHz), so about 5.3 at 660; the GEMM is 5.6 at 790 TFLOP/s, half of it P @ y.
+``small3_tight_defer`` (216.4 KiB) 440 B, 1412-1413 a two-tile iteration (706 a tile;
+30 spill stores and reloads an iteration) and 905-914 tested. The tight kernel's walk
+order and algebra were checked on the CPU by a float64 NumPy model of it (not kept):
+against ``reference`` within 5.6e-7 (n = 320), and with row / column offsets and two or
+three splits against a float64 reference dropping the offset self pairs within 1.4e-15.
+The kernel runs on a GPU only.
 """
 
 from __future__ import annotations
@@ -86,8 +92,8 @@ import jax.numpy as jnp
 import numpy as np
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
-                                                              warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
@@ -447,11 +453,12 @@ def _tight_dim(p, st_rows, r, a_s, t, g_r, keep, CID: gl.constexpr, HALF: gl.con
 def _tight_tile(i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
                 ready, empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles,
                 k0, CID: gl.constexpr, BN: gl.constexpr, NT: gl.constexpr, NP: gl.constexpr,
-                EXCL: gl.constexpr):
+                EXCL: gl.constexpr, DEFER: gl.constexpr):
   """Walk position i: the next tile's S issued, this tile's epilogue under it (from the
   largest dim down, P as Q_2 = c^2 b, Q_1 = c^1 b + Q_2 a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 /
   a_0; dx's segment k is a_k,i (Q_k @ y)), P @ y, then everything waited for and the
-  tile's ring slot and P set freed."""
+  tile's ring slot and P set freed; DEFER: this tile's P @ y left running (under the next
+  tile's epilogue), the previous tile's waited for and its slot and P set freed."""
   HALF: gl.constexpr = BN // 2
   a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
   na, nb, nc = _walk_tile(x_smem, y_smem, ready, i + 1, zs, CID, HALF, NT)
@@ -483,9 +490,17 @@ def _tight_tile(i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_row
                          is_async=True)
     acc1 = warpgroup_mma(p_smem.index(3 * pb + 2), y_smem.index(4 * slot + 3), acc1,
                          is_async=True)
-  na, nb, nc, acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(na, nb, nc, acc0, acc1))
-  mbarrier.arrive(empty.index(slot))   # this group is done with the tile
-  mbarrier.arrive(p_free.index(pb))
+  if DEFER:   # all but this tile's two P @ y wgmmas: the next S and the previous P @ y
+    # (acc0, acc1 kept alive, still being written: only the next P @ y reads them)
+    na, nb, nc, acc0, acc1 = warpgroup_mma_wait(num_outstanding=2,
+                                                deps=(na, nb, nc, acc0, acc1))
+    mbarrier.arrive(empty.index((i + NT - 1) % NT), pred=i > 0)
+    mbarrier.arrive(p_free.index((i + NP - 1) % NP), pred=i > 0)
+  else:
+    na, nb, nc, acc0, acc1 = warpgroup_mma_wait(num_outstanding=0,
+                                                deps=(na, nb, nc, acc0, acc1))
+    mbarrier.arrive(empty.index(slot))   # this group is done with the tile
+    mbarrier.arrive(p_free.index(pb))
   return na, nb, nc, acc0, acc1, cs0 + add0, cs1 + add1, cs2 + add2
 
 
@@ -493,7 +508,8 @@ def _tight_tile(i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_row
 def _tight_consumer(x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
                     scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
                     ndiag, dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr,
-                    BN: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, NP: gl.constexpr):
+                    BN: gl.constexpr, BK: gl.constexpr, NT: gl.constexpr, NP: gl.constexpr,
+                    DEFER: gl.constexpr):
   """``_small_consumer`` with fewer instructions a tile: the tiles holding self pairs
   walked first and alone tested for them; the rest two a loop iteration, so that the
   next tile's S and the current one swap roles instead of being copied; the columns'
@@ -527,21 +543,22 @@ def _tight_consumer(x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full
     sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
         i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
         empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, NT,
-        NP, True)
+        NP, True, DEFER)
   for i in range(ndiag, ntiles - 1, 2):   # the rest, two an iteration
     sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
         i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
         empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, NT,
-        NP, False)
+        NP, False, DEFER)
     sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
         i + 1, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
         empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, NT,
-        NP, False)
+        NP, False, DEFER)
   if (ntiles - ndiag) % 2 == 1:   # and the odd one
     sa, sb, sc, acc0, acc1, cs0, cs1, cs2 = _tight_tile(
         ntiles - 1, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
         ready, empty, p_full, p_free, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID,
-        BN, NT, NP, False)
+        BN, NT, NP, False, DEFER)
+  acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))   # (DEFER: the last)
   out_mult = gl.load(scal_ptr + 1)
   orows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, o_layout))
   in_orows = orows < n
@@ -569,6 +586,7 @@ def _tight_kernel(
     n, m, cols_per_split,      # (cols_per_split a multiple of 64)
     dx_ptr, cs_ptr,
     NT: gl.constexpr, NP: gl.constexpr,
+    DEFER: gl.constexpr,       # each tile's P @ y waited for a tile later (NT >= 4)
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -582,10 +600,10 @@ def _tight_kernel(
   gl.warp_specialize([
       (_tight_consumer, (x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
                          scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
-                         ndiag, dx_ptr, cs_ptr, 0, BM, BN, BK, NT, NP)),
+                         ndiag, dx_ptr, cs_ptr, 0, BM, BN, BK, NT, NP, DEFER)),
       (_tight_consumer, (x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
                          scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
-                         ndiag, dx_ptr, cs_ptr, 1, BM, BN, BK, NT, NP)),
+                         ndiag, dx_ptr, cs_ptr, 1, BM, BN, BK, NT, NP, DEFER)),
       (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                          row0, j_lo, ntiles, k0, BN, BK, NT)),
   ], [4, 1], [240, 24])
@@ -639,7 +657,7 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
     dx, cs = _compat.triton_call(
         xd, yd, sd, scal, off, xt.reshape(-1), t.reshape(-1), g_r.reshape(-1), n, n, n,
         kernel=_tight_kernel, out_shapes=out_shapes, grid=(n // BM, 1),
-        name=f"gluon_{variant}", num_warps=4, num_stages=1, NT=NT, NP=NP)
+        name=f"gluon_{variant}", num_warps=4, num_stages=1, NP=NP, **TIGHT[variant])
   else:
     dx, cs = _compat.triton_call(
         xd, yd, scal, off, xt.reshape(-1), yt.reshape(-1), t.reshape(-1), g_r.reshape(-1),
@@ -696,7 +714,8 @@ def run(a):
 
 FLAGS = {"small3": {}, "small3_lean": dict(LEAN=True),
          "small3_lean_keep": dict(LEAN=True, KEEP=True)}
-TIGHT = ("small3_tight",)   # ``_tight_kernel``
+TIGHT = {"small3_tight": dict(NT=NT, DEFER=False),   # ``_tight_kernel``
+         "small3_tight_defer": dict(NT=NT + 1, DEFER=True)}
 VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT)}
 
 
@@ -711,7 +730,7 @@ def compile_only(a):
                **{p: "*fp32" for p in ("scal_ptr", "xt_ptr", "yt_ptr", "t_ptr", "g_r_ptr",
                                        "g_c_ptr", "cs_ptr")})
     if variant in TIGHT:
-      kernel, consts = _tight_kernel, dict(NT=NT, NP=NP)
+      kernel, consts = _tight_kernel, dict(NP=NP, **TIGHT[variant])
       sig["s_desc"] = f"tensordesc<fp32[8,{BN}],{STATS_LAYOUT!r}>"
       del sig["yt_ptr"], sig["g_c_ptr"]
     else:

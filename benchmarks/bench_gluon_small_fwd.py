@@ -175,7 +175,7 @@ def _small_fwd_kernel(
     x_desc, y_desc,            # TMA descriptors: x [n, >= 256] in [128, 64] blocks, y in
                                # [64, 64] blocks
     s_desc,                    # TMA descriptor: the columns' statistics, ``column_blocks``
-    scal_ptr,                  # [2] fp32: scale * log2(e), the bounded shift
+    scal_ptr,                  # fp32: scale * log2(e), the bounded shift
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     xt_ptr,                    # [3, n] fp32: each dim's prefix inverse norms of x's rows
     n, m, cols_per_split,      # (one split: cols_per_split >= m, a multiple of 64)
