@@ -365,8 +365,9 @@ def _tile_order(row0, row_off, col_off, j_lo, j_hi, BM: gl.constexpr, BN: gl.con
 def _tight_start(x_desc, y_desc, s_desc, off_ptr, m, cols_per_split, NT: gl.constexpr):
   """A tight kernel's program: its first row, split, walk (``_tile_order``) and shared
   memory: x's four chunks, the ring's NT tiles of four chunks, and four statistics
-  blocks (tile i's in block i % 4: the producer writes tile i + 4's once tile i + 1's
-  ring slot is freed, so after tile i's reads) with their view a statistic a row."""
+  blocks (tile i's in block i % 4: the producer writes tile i + 4's once the ring slot of
+  tile i + 4 - NT is freed, NT >= 3, so after tile i's reads) with their view a
+  statistic a row."""
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
   BN: gl.constexpr = y_desc.block_type.shape[0]
