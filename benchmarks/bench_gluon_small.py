@@ -647,17 +647,22 @@ def _loads_consumer(x_bar, ready, empty, ntiles, NT: gl.constexpr):
 # On the GPU (jax-triton)
 
 
+def prefixes(x, y):
+  """Each small dim's prefix inverse norms of x's and y's rows, [3, n] fp32."""
+  inv = lambda v: jnp.stack([jax.lax.rsqrt(jnp.sum(jnp.square(v[:, :d].astype(jnp.float32)),
+                                                   1)) for d in DIMS])
+  return inv(x), inv(y)
+
+
 def operands(x, y, scale2):
-  """Each small dim's prefix inverse norms a, b [3, n], the shared shift t = scale2 and
-  rebased cotangents in [0.5, 1.5] / B."""
+  """Each small dim's prefix inverse norms a, b [3, n] (``prefixes``), the shared shift t
+  = scale2 and rebased cotangents in [0.5, 1.5] / B."""
   n = x.shape[0]
   f32 = jnp.float32
-  inv = lambda v: jnp.stack([jax.lax.rsqrt(jnp.sum(jnp.square(v[:, :d].astype(f32)), 1))
-                             for d in DIMS])
   k = jax.random.split(jax.random.key(1), 2)
   g_r = (0.5 + jax.random.uniform(k[0], (3, n), f32)) / n
   g_c = (0.5 + jax.random.uniform(k[1], (3, n), f32)) / n
-  return inv(x), inv(y), jnp.full((3, n), scale2, f32), g_r, g_c
+  return *prefixes(x, y), jnp.full((3, n), scale2, f32), g_r, g_c
 
 
 def reference(x, y, scale2, xt, yt, t, g_r, g_c, rows, keep_self=False):

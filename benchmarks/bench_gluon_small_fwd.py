@@ -71,14 +71,13 @@ from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded,
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
 from benchmarks.bench_gluon_small import (DIMS, NT, STATS_LAYOUT, _tight_producer,
-                                          _tight_start, column_blocks)
+                                          _tight_start, column_blocks, prefixes)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import stats_gluon
 from memeff_jax.backends.triton._common import off_diagonal
 from memeff_jax.backends.triton.forward import BOUND_HEADROOM
 
 BM, BN, BK = 128, 64, 64   # rows a program (64 a consumer group), columns a tile, features
-HR = BM // 2               # rows a consumer group
 
 
 @gluon.jit
@@ -212,13 +211,6 @@ def _small_fwd_kernel(
 
 # ---------------------------------------------------------------------------------------
 # On the GPU (jax-triton)
-
-
-def prefixes(x, y):
-  """Each small dim's prefix inverse norms of x's and y's rows, [3, n] fp32."""
-  inv = lambda v: jnp.stack([jax.lax.rsqrt(jnp.sum(jnp.square(v[:, :d].astype(jnp.float32)),
-                                                   1)) for d in DIMS])
-  return inv(x), inv(y)
 
 
 def launch(x, y, scale2, xt, yt, variant):
