@@ -31,16 +31,20 @@ epilogues run while the other group's wgmmas do (the groups are not ordered).
 Variants: ``small3_fwd``; ``library3``, the library's Gluon forward
 (``stats_gluon._lse_fwd_gluon_kernel``) on each dim's normalized prefix, three launches
 (the prefixes normalized in the timed step too), for the comparison in the same call.
-Whole tiles only (n a multiple of 128): the fused kernel does not mask rows or columns
-past the ends. Each is checked against float32 jnp on the first 512 rows and columns (max
-relative error of the sums; wrong over 2e-2 or NaN), then timed (median of --reps):
+Rows and columns past the ends: a column's statistics block carries -shift in its row 6
+(-inf past m, so the padded columns' exponentials are 0 in every tile), and a program
+with rows past n tests every tile (rows < n joins the self-pair mask). Each is checked
+against float32 jnp at n = m = batch - 37 (neither a whole number of tiles) on the first
+512 rows and columns (max relative error of the sums; wrong over 2e-2 or NaN), then
+timed at the batch (median of --reps):
 
   python benchmarks/bench_gluon_small_fwd.py --batch 65536 --reps 10
   python benchmarks/bench_gluon_small_fwd.py --compile-only
 
 Not yet run on a GPU. sm_90 builds (``--compile-only``, Triton 3.9.0): ``small3_fwd``
-168.6 KiB of shared memory, no spills, 669-671 instructions a consumer's tile (a
-[64, 64] tile, 96 exponentials, 16 wgmmas) and 859-861 in the tested loop; the library's
+168.6 KiB of shared memory, no spills, 671-672 instructions a consumer's tile (a
+[64, 64] tile, 96 exponentials, 16 wgmmas; 669-671 before the ends' masks) and 1041-1042
+in the tested loop (859-861 before: rows < n there); the library's
 kernel at d = 256 848-856 a [64, 128] tile (64 exponentials). For one H200 at B = 65536
 that puts the fused pass's consumers' issue at about 2.7 ms (two warps a scheduler, 1.98
 GHz), its GEMM at 2.8 (790 TFLOP/s) and its exponentials at 3.1 (16 a cycle an SM): at
@@ -70,7 +74,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, warpgrou
 from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
-from benchmarks.bench_gluon_small import (DIMS, NT, STATS_LAYOUT, _tight_producer,
+from benchmarks.bench_gluon_small import (DIMS, NT, RAGGED, STATS_LAYOUT, _tight_producer,
                                           _tight_start, column_blocks, prefixes)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import stats_gluon
@@ -81,20 +85,21 @@ BM, BN, BK = 128, 64, 64   # rows a program (64 a consumer group), columns a til
 
 
 @gluon.jit
-def _fwd_dim(s, st_rows, r, a_s, shift, terms, keep, layout: gl.constexpr,
+def _fwd_dim(s, st_rows, r, a_s, neg_shift, terms, keep, layout: gl.constexpr,
              EXCL: gl.constexpr):
-  """A dim's epilogue on its prefix dot s^T [BN, HR]: e = 2^(s b_j a_i scale2 - shift)
-  (b: row r of the statistics blocks, a scale2 given), the self pairs zeroed where EXCL;
-  the rows' terms plus e, and the columns' sums of e."""
+  """A dim's epilogue on its prefix dot s^T [BN, HR]: e = 2^(s b_j a_i scale2 - shift_j)
+  (b: row r of the statistics blocks, a scale2 given; neg_shift [BN, 1]: -shift_j, their
+  row 6, -inf past the columns' end), the self pairs and the rows past the end zeroed where
+  EXCL; the rows' terms plus e, and the columns' sums of e."""
   b = gl.expand_dims(st_rows.index(r).load(gl.SliceLayout(1, layout)), 1)
-  e = gl.exp2((s * b) * gl.expand_dims(a_s, 0) - shift)
+  e = gl.exp2((s * b) * gl.expand_dims(a_s, 0) + neg_shift)
   if EXCL:
     e = gl.where(keep, e, 0.0)
   return terms + e, gl.sum(e, axis=1)
 
 
 @gluon.jit
-def _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empty, zs, shift,
+def _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empty, zs, n,
               rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr, part, P,
               CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
               EXCL: gl.constexpr):
@@ -106,21 +111,22 @@ def _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empt
   r0 = 8 * (i % 4)   # the tile's statistics block
   cols = j_lo + ((k0 + i) % ntiles) * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
   keep = 0
-  if EXCL:
-    keep = off_diagonal(cols, rows, col_off, row_off)   # (transposed: columns first)
+  if EXCL:   # (transposed: columns first)
+    keep = off_diagonal(cols, rows, col_off, row_off) & gl.expand_dims(rows < n, 0)
   mbarrier.wait(ready.index(slot), (i // NT) & 1)
+  neg_shift = gl.expand_dims(st_rows.index(r0 + 6).load(gl.SliceLayout(1, layout)), 1)
   s = warpgroup_mma(y_smem.index(4 * slot), _xchunk(x_smem, 0, CID, HR), zs, use_acc=False,
                     is_async=True)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-  t0, c0 = _fwd_dim(s, st_rows, r0, a0s, shift, t0, keep, layout, EXCL)
+  t0, c0 = _fwd_dim(s, st_rows, r0, a0s, neg_shift, t0, keep, layout, EXCL)
   s = warpgroup_mma(y_smem.index(4 * slot + 1), _xchunk(x_smem, 1, CID, HR), s, is_async=True)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-  t1, c1 = _fwd_dim(s, st_rows, r0 + 1, a1s, shift, t1, keep, layout, EXCL)
+  t1, c1 = _fwd_dim(s, st_rows, r0 + 1, a1s, neg_shift, t1, keep, layout, EXCL)
   s = warpgroup_mma(y_smem.index(4 * slot + 2), _xchunk(x_smem, 2, CID, HR), s, is_async=True)
   s = warpgroup_mma(y_smem.index(4 * slot + 3), _xchunk(x_smem, 3, CID, HR), s, is_async=True)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
   mbarrier.arrive(empty.index(slot))   # this group is done with the tile's chunks
-  t2, c2 = _fwd_dim(s, st_rows, r0 + 2, a2s, shift, t2, keep, layout, EXCL)
+  t2, c2 = _fwd_dim(s, st_rows, r0 + 2, a2s, neg_shift, t2, keep, layout, EXCL)
   in_cols = cols < m
   gl.store(col_ptr + part * m + cols, c0, mask=in_cols)          # [3 dims, P, m]
   gl.store(col_ptr + (P + part) * m + cols, c1, mask=in_cols)
@@ -143,7 +149,6 @@ def _fwd_consumer(x_smem, y_smem, st_rows, x_bar, ready, empty, scal_ptr, off_pt
   layout: gl.constexpr = gl.NVMMADistributedLayout(
       version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HR, 16])
   scale2 = gl.load(scal_ptr)
-  shift = gl.load(scal_ptr + 1)
   row_off = gl.load(off_ptr)
   col_off = gl.load(off_ptr + 1)
   rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(0, layout))
@@ -155,14 +160,15 @@ def _fwd_consumer(x_smem, y_smem, st_rows, x_bar, ready, empty, scal_ptr, off_pt
   t0, t1, t2 = zs, zs, zs
   P = 2 * gl.num_programs(0)
   part = 2 * gl.program_id(0) + CID
+  ndiag = gl.where(row0 + 2 * HR > n, ntiles, ndiag)   # rows past the end: every tile tested
   mbarrier.wait(x_bar, 0)
   for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
     t0, t1, t2 = _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empty,
-                           zs, shift, rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr,
+                           zs, n, rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr,
                            part, P, CID, BN, HR, NT, True)
   for i in range(ndiag, ntiles):
     t0, t1, t2 = _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empty,
-                           zs, shift, rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr,
+                           zs, n, rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr,
                            part, P, CID, BN, HR, NT, False)
   gl.store(row_ptr + rows, gl.sum(t0, axis=0), mask=in_rows)          # [3 dims, n]
   gl.store(row_ptr + n + rows, gl.sum(t1, axis=0), mask=in_rows)
@@ -174,7 +180,7 @@ def _small_fwd_kernel(
     x_desc, y_desc,            # TMA descriptors: x [n, >= 256] in [128, 64] blocks, y in
                                # [64, 64] blocks
     s_desc,                    # TMA descriptor: the columns' statistics, ``column_blocks``
-    scal_ptr,                  # fp32: scale * log2(e), the bounded shift
+    scal_ptr,                  # fp32: scale * log2(e) (the bounded shift: s_desc's row 6)
     off_ptr,                   # [2] int32: global offsets of row 0 and column 0
     xt_ptr,                    # [3, n] fp32: each dim's prefix inverse norms of x's rows
     n, m, cols_per_split,      # (one split: cols_per_split >= m, a multiple of 64)
@@ -232,24 +238,24 @@ def launch(x, y, scale2, xt, yt, variant):
           _compat.Tiles(yk, (bn, min(bk, d)), gluon=True), scal, dummy,
           jnp.zeros((3,), jnp.int32), dummy, dummy, n, m, m,
           kernel=stats_gluon._lse_fwd_gluon_kernel,
-          out_shapes=[jax.ShapeDtypeStruct((2, n), f32), jax.ShapeDtypeStruct((n // bm, m), f32),
-                      one, one],
-          grid=(n // bm, 1), name=f"small_fwd_library_{d}", num_warps=4, num_stages=1, D=d,
+          out_shapes=[jax.ShapeDtypeStruct((2, n), f32),
+                      jax.ShapeDtypeStruct((-(-n // bm), m), f32), one, one],
+          grid=(-(-n // bm), 1), name=f"small_fwd_library_{d}", num_warps=4, num_stages=1, D=d,
           ROW_THR=False, EXCLUDE_SELF=True, TWO_SIDED=True, HAS_MASK=False, WANT_MAX=False)
       rows.append(jnp.sum(row_part, 0))
       cols.append(jnp.sum(col_part, 0))
     return jnp.stack(rows), jnp.stack(cols)
   xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
   yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
-  sd = jt.TensorDescriptor.from_array(column_blocks(yt, jnp.zeros_like(yt)), (8, BN),
+  sd = jt.TensorDescriptor.from_array(column_blocks(yt, jnp.zeros_like(yt), scal[1]), (8, BN),
                                       layout=STATS_LAYOUT)
   off = jnp.zeros((2,), jnp.int32)
   rows, cols = _compat.triton_call(
       xd, yd, sd, scal, off, xt.reshape(-1), n, m, -(-m // BN) * BN,
       kernel=_small_fwd_kernel,
       out_shapes=[jax.ShapeDtypeStruct((3, n), f32),
-                  jax.ShapeDtypeStruct((3, 2 * (n // BM), m), f32)],
-      grid=(n // BM, 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NT=NT)
+                  jax.ShapeDtypeStruct((3, 2 * -(-n // BM), m), f32)],
+      grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NT=NT)
   return rows, jnp.sum(cols, axis=1)
 
 
@@ -272,10 +278,10 @@ def reference(x, y, scale2, xt, yt, rows):
 
 def run(a):
   n = a.batch
-  assert n % BM == 0, "whole tiles only"
   path = compiled_via()
   x, y = clip_pairs(jax.random.key(0), n, 512)
   xt, yt = prefixes(x, y)
+  r = n - RAGGED   # the check's rows and columns: neither a whole number of tiles
   for variant in a.variants.split(","):
 
     def body(row, variant=variant):
@@ -283,8 +289,8 @@ def run(a):
       for scale2, timed in ((LOG2E / 0.5, False), (LOG2E / 0.07, True)):
         s2 = jnp.asarray(scale2, jnp.float32)
         if not timed:
-          got = fn(x, y, s2, xt, yt)
-          want = reference(x, y, s2, xt, yt, CHECK_ROWS)
+          got = fn(x[:r], y[:r], s2, xt[:, :r], yt[:, :r])
+          want = reference(x[:r], y[:r], s2, xt[:, :r], yt[:, :r], CHECK_ROWS)
           err = max(float(jnp.max(jnp.abs(g[:, :CHECK_ROWS] - w) / w)) for g, w in zip(got, want))
           bad = not np.isfinite(err) or err > 2e-2
           row.update(err=err if np.isfinite(err) else str(err), wrong=bool(bad))
