@@ -41,8 +41,7 @@ Variants (D = 512 and 256 with 128-feature chunks; D = 128 with 64-feature chunk
   with its P @ y (FlashAttention-3's intra-warpgroup overlap). The ring holds two tiles
   at D = 512 (so a tile's load has no slack: it starts when the tile two back is freed)
   and four below. sm_90 builds: one_n64_pipe spills 240 B at D = 512 (the x chunks'
-  wgmma descriptors, hoisted), pair_n64_pipe 1296 B; none at 256 and 128. Not yet run
-  on a GPU.
+  wgmma descriptors, hoisted), pair_n64_pipe 1296 B; none at 256 and 128.
 - ``one_peel``, ``one_n64_pipe_peel``, ``pair_n64_pipe_peel``: the self pairs' test in a
   branch of its own, taken on diagonal tiles only (``_coef``'s PEEL). In the Gluon
   kernels ``coefficient``'s ``drop_pairs`` branch is predicated into every tile (its
@@ -50,7 +49,7 @@ Variants (D = 512 and 256 with 128-feature chunks; D = 128 with 64-feature chunk
   library's CLIP pass runs 886 instructions a tile with it, 765 without any self test
   (``compile_library_gradient`` with EXCLUDE_SELF off), the path a peeled kernel takes
   off the diagonal. sm_90 spills: ``one_peel`` 384 B at D = 512 (``one`` 76),
-  ``one_n64_pipe_peel`` 300 (240). Not yet run on a GPU.
+  ``one_n64_pipe_peel`` 300 (240).
 
 Measured (one H200, B = 65536, jax-triton 0.4.1 + Triton 3.9; h200_gluon_pair.csv,
 2026-12-04): at D = 512 ``plain`` 15.88 ms, ``one`` 15.34, ``one_n64`` 17.23,
@@ -65,6 +64,15 @@ docs/notes/matryoshka.md. Independent groups (runs 7-8, D = 128): one dim 5.71 m
 against 8.11 with a shared P, but the pair 15.33 (15.01 shared): the second epilogue
 costs more, not less; the per-dim Triton passes in run 7's profile 4.67 + 3.07
 (h200_jt04_clip_d128_d64_profile.txt).
+
+Pipelined and peeled (2026-12-05, the same machine and stack, every variant within
+3.4e-3 of float32): at D = 512 ``plain`` 16.13 ms, ``one`` 15.87, ``one_peel`` 17.75,
+``one_n64`` 17.57, ``one_n64_pipe`` 23.12, ``one_n64_pipe_peel`` 24.30, ``pair_n64``
+23.11, ``pair_n64_pipe`` 56.12: at D = 512 pipelining (a two-tile ring, spills) and
+peeling (spills) both lose. At D = 256 ``one_n64`` 11.68 -> ``one_n64_pipe`` 10.41,
+``pair_n64`` 22.32 -> 16.90; at D = 128 8.96 -> 7.55 and 16.63 -> 14.21: pipelining
+saves 11-24% there, but the pairs stay slower than the per-dim Triton passes they would
+replace (7.45 + 4.7 at dims 128 / 256, 4.7 + 3.1 at 64 / 128).
 
 Why pipelining (the sm_90 SASS, ``--compile-only``'s ``tile_loops``: instructions in one
 consumer's column-tile loop): each pass measured above is about its GEMM time at 790
