@@ -60,6 +60,23 @@ Two timing bounds of the tight pass, not checked: ``small3_bound_loads``, its lo
 and ``small3_bound_gemm``, its wgmmas and barriers with the S tiles stored as P and no
 epilogue.
 
+``small3_wide`` (``_wide_kernel``) tries the shape those bounds point to: 128-row
+programs in which each consumer group owns 64 rows and all 256 of dx's features (four
+[64, 64] fp32 accumulators, 128 registers a thread), so its S wgmmas are 64 columns wide
+and the groups share no P (each its own three P tiles, 216.4 KiB in all). Each dim's c b
+is formed as its prefix dot completes, dims 0 and 1 parked as bf16 in the group's P
+tiles, then Q_2, Q_1, Q_0 as above; ``small3_wide_chain`` keeps the prefix dots in one
+accumulator (each dim's epilogue waits for its chunks: 616 B of spills against 1704),
+``small3_wide_early`` issues all the chunks at once (2356 B, not run). Measured
+(2026-12-05, run 2 of h200_gluon_small.csv): ``small3_wide_chain`` 14.30 ms,
+``small3_wide`` 18.87 (ptxas serializes its wgmmas for want of registers), against
+``small3_tight``'s 15.13 in the same call; both within 2.9e-3 (dx) and 1.2e-6 (cs) of
+float32. sm_90: 1213 instructions a 64 x 64 tile of a group (96 exponentials, 32
+wgmmas) in the chain's untested loop, 12 of them spill loads and stores; at two
+warps a scheduler about 4.9 ms of issue a pass against 5.6 of GEMM, so a pass of 14.3 ms
+is mostly waiting: each group waits on its own wgmmas four times a tile and on three P
+barriers, with only the other group to fill the gaps.
+
 Checked against float32 jnp at n = m = batch - 37 (rows and columns past the ends: the
 padded rows' t = +inf and the padded columns' b = 0 give them no weight) on the first 512
 rows (dx's error over max |dx|, cs's likewise; wrong over 2e-2 or NaN) at a logit scale
@@ -656,6 +673,236 @@ def _loads_consumer(x_bar, ready, empty, ntiles, NT: gl.constexpr):
 
 
 # ---------------------------------------------------------------------------------------
+# ``small3_wide``: 128-row programs; each consumer group its own 64 rows, 64-column S
+# wgmmas and all 256 of dx's features, no P shared between the groups
+
+
+@gluon.jit
+def _xrows(x_smem, k: gl.constexpr, CID: gl.constexpr, HR: gl.constexpr):
+  """This group's rows of x's chunk k (a wgmma's A)."""
+  return x_smem.index(k).slice(CID * HR, HR, dim=0)
+
+
+@gluon.jit
+def _wide_put(p_smem, k, v, p_bar, phase):
+  """v as P tile k (bf16), written by the whole group before its wgmma reads it."""
+  p_smem.index(k).store(v.to(p_smem.dtype))
+  fence_async_shared()
+  mbarrier.arrive(p_bar.index(k))
+  mbarrier.wait(p_bar.index(k), phase)
+
+
+@gluon.jit
+def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+               p_bar, ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0,
+               CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
+               EXCL: gl.constexpr, EARLY: gl.constexpr):
+  """Walk position i for this group's rows: the three prefix dots (chunk 0; + chunk 1; +
+  chunks 2-3), each dim's c b as its dot completes (dims 0 and 1 parked as bf16 in the
+  group's P tiles 0 and 1), then from the largest dim down Q_2 = c^2 b, Q_1 = c^1 b + Q_2
+  a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0 into P and onto dx's segments; the ring slot
+  freed after the last wgmma. EARLY (``_wide_dots``): 1, chunks 2-3 issued with 0 and 1
+  (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``."""
+  a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
+  layout: gl.constexpr = zs.type.layout
+  slot = i % NT
+  r0 = 8 * (i % 4)   # the tile's statistics block
+  pt = 3 * CID       # this group's P tiles
+  keep = 0
+  if EXCL:
+    cols = j_lo + ((k0 + i) % ntiles) * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+    keep = off_diagonal(rows, cols, row_off, col_off)
+  mbarrier.wait(ready.index(slot), (i // NT) & 1)
+  if EARLY == 2:   # one accumulator, each dim's epilogue between its chunks
+    q, add0, add1, add2 = _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
+                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, CID, BN, HR, EXCL)
+  else:
+    q, add0, add1, add2 = _wide_dots(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
+                                     a2s, t0, t1, t2, g0, g1, g2, keep, zs, CID, BN, HR, EXCL,
+                                     EARLY)
+  _wide_put(p_smem, pt + 2, q, p_bar, i & 1)
+  acc2 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 2), acc2, is_async=True)
+  acc3 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 3), acc3, is_async=True)
+  q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
+  _wide_put(p_smem, pt + 1, q, p_bar, i & 1)
+  acc1 = warpgroup_mma(p_smem.index(pt + 1), y_smem.index(4 * slot + 1), acc1, is_async=True)
+  q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
+  _wide_put(p_smem, pt, q, p_bar, i & 1)
+  acc0 = warpgroup_mma(p_smem.index(pt), y_smem.index(4 * slot), acc0, is_async=True)
+  acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
+                                              deps=(acc0, acc1, acc2, acc3))
+  mbarrier.arrive(empty.index(slot))   # this group is done with the tile
+  return acc0, acc1, acc2, acc3, cs0 + add0, cs1 + add1, cs2 + add2
+
+
+@gluon.jit
+def _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s, a2s, t0, t1, t2, g0,
+                g1, g2, keep, zs, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
+                EXCL: gl.constexpr):
+  """``_wide_tile``'s prefix dots in one accumulator (each dim's epilogue waits for its
+  chunks): c^0 b and c^1 b parked in P tiles pt and pt + 1, c^2 b returned, with the rows'
+  sums."""
+  s = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, slot, 0, 0, BN), zs,
+                    use_acc=False, is_async=True)
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  u, add0 = _tight_dim(s, st_rows, r0, a0s, t0, g0, keep, 0, BN, EXCL)
+  p_smem.index(pt).store(u.to(p_smem.dtype))   # (read back by the same threads)
+  s = warpgroup_mma(_xrows(x_smem, 1, CID, HR), _ychunk(y_smem, slot, 1, 0, BN), s,
+                    is_async=True)
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  u, add1 = _tight_dim(s, st_rows, r0 + 1, a1s, t1, g1, keep, 0, BN, EXCL)
+  p_smem.index(pt + 1).store(u.to(p_smem.dtype))
+  s = warpgroup_mma(_xrows(x_smem, 2, CID, HR), _ychunk(y_smem, slot, 2, 0, BN), s,
+                    is_async=True)
+  s = warpgroup_mma(_xrows(x_smem, 3, CID, HR), _ychunk(y_smem, slot, 3, 0, BN), s,
+                    is_async=True)
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  q, add2 = _tight_dim(s, st_rows, r0 + 2, a2s, t2, g2, keep, 0, BN, EXCL)
+  return q, add0, add1, add2
+
+
+@gluon.jit
+def _wide_dots(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s, a2s, t0, t1, t2, g0,
+               g1, g2, keep, zs, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
+               EXCL: gl.constexpr, EARLY: gl.constexpr):
+  """``_wide_chain`` with chunks 0 and 1 in accumulators of their own (and, EARLY, chunks
+  2-3 issued with them), so that each dim's epilogue runs under the next chunks."""
+  sa = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, slot, 0, 0, BN), zs,
+                     use_acc=False, is_async=True)
+  sb = warpgroup_mma(_xrows(x_smem, 1, CID, HR), _ychunk(y_smem, slot, 1, 0, BN), zs,
+                     use_acc=False, is_async=True)
+  if EARLY:
+    sc = warpgroup_mma(_xrows(x_smem, 2, CID, HR), _ychunk(y_smem, slot, 2, 0, BN), zs,
+                       use_acc=False, is_async=True)
+    sc = warpgroup_mma(_xrows(x_smem, 3, CID, HR), _ychunk(y_smem, slot, 3, 0, BN), sc,
+                       is_async=True)
+    sa = warpgroup_mma_wait(num_outstanding=3, deps=(sa,))
+  else:
+    sa = warpgroup_mma_wait(num_outstanding=1, deps=(sa,))
+  u, add0 = _tight_dim(sa, st_rows, r0, a0s, t0, g0, keep, 0, BN, EXCL)
+  p_smem.index(pt).store(u.to(p_smem.dtype))   # (read back by the same threads)
+  if EARLY:
+    sb = warpgroup_mma_wait(num_outstanding=2, deps=(sb,))
+  else:
+    sb = warpgroup_mma_wait(num_outstanding=0, deps=(sb,))
+  p = sa + sb
+  if not EARLY:
+    sc = warpgroup_mma(_xrows(x_smem, 2, CID, HR), _ychunk(y_smem, slot, 2, 0, BN), zs,
+                       use_acc=False, is_async=True)
+    sc = warpgroup_mma(_xrows(x_smem, 3, CID, HR), _ychunk(y_smem, slot, 3, 0, BN), sc,
+                       is_async=True)
+  u, add1 = _tight_dim(p, st_rows, r0 + 1, a1s, t1, g1, keep, 0, BN, EXCL)
+  p_smem.index(pt + 1).store(u.to(p_smem.dtype))
+  sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+  q, add2 = _tight_dim(p + sc, st_rows, r0 + 2, a2s, t2, g2, keep, 0, BN, EXCL)
+  return q, add0, add1, add2
+
+
+@gluon.jit
+def _wide_rows(xt_ptr, t_ptr, g_r_ptr, scale2, rows, n):
+  """The rows' statistics of the three dims: a_k scale2, t_k, g_r,k, a_2 / a_1, a_1 / a_0."""
+  in_rows = rows < n
+  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
+  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
+  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  t0, g0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, 64, True, False)
+  t1, g1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, 64, True, False)
+  t2, g2, _ = row_stats(t_ptr + 2 * n, g_r_ptr + 2 * n, t_ptr, rows, in_rows, 64, True, False)
+  return a0 * scale2, a1 * scale2, a2 * scale2, t0, t1, t2, g0, g1, g2, a2 / a1, a1 / a0
+
+
+@gluon.jit
+def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
+                   off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag, dx_ptr,
+                   cs_ptr, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
+                   NT: gl.constexpr, EARLY: gl.constexpr):
+  """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split, the
+  tiles holding the program's self pairs first and alone tested; dx's four 64-feature
+  segments in four accumulators."""
+  layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+  scale2 = gl.load(scal_ptr)
+  row_off = gl.load(off_ptr)
+  col_off = gl.load(off_ptr + 1)
+  rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(1, layout))
+  rs = _wide_rows(xt_ptr, t_ptr, g_r_ptr, scale2, rows, n)
+  zs = gl.zeros([HR, BN], gl.float32, layout=layout)
+  cs0 = gl.zeros([HR], gl.float32, layout=gl.SliceLayout(1, layout))
+  cs1, cs2 = cs0, cs0
+  acc0, acc1, acc2, acc3 = zs, zs, zs, zs
+  mbarrier.wait(x_bar, 0)
+  for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
+    acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
+        i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
+        ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, True,
+        EARLY)
+  for i in range(ndiag, ntiles):
+    acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
+        i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
+        ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, False,
+        EARLY)
+  in_rows = rows < n
+  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
+  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
+  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  out_mult = gl.load(scal_ptr + 1)
+  feats = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+  at = dx_ptr + gl.expand_dims(rows, 1).to(gl.int64) * (4 * BN) + gl.expand_dims(feats, 0)
+  keep = gl.expand_dims(in_rows, 1) & gl.expand_dims(feats < BN, 0)
+  ty = dx_ptr.dtype.element_ty
+  # dx's segments: a_0 (Q_0 @ y), a_1 (Q_1 @ y), a_2 (Q_2 @ y) twice
+  gl.store(at, (acc0 * gl.expand_dims(a0 * out_mult, 1)).to(ty), mask=keep)
+  gl.store(at + BN, (acc1 * gl.expand_dims(a1 * out_mult, 1)).to(ty), mask=keep)
+  gl.store(at + 2 * BN, (acc2 * gl.expand_dims(a2 * out_mult, 1)).to(ty), mask=keep)
+  gl.store(at + 3 * BN, (acc3 * gl.expand_dims(a2 * out_mult, 1)).to(ty), mask=keep)
+  cs_mult = gl.load(scal_ptr + 2)
+  gl.store(cs_ptr + rows, cs0 * (a0 * cs_mult), mask=in_rows)          # [3 dims, n]
+  gl.store(cs_ptr + n + rows, cs1 * (a1 * cs_mult), mask=in_rows)
+  gl.store(cs_ptr + 2 * n + rows, cs2 * (a2 * cs_mult), mask=in_rows)
+
+
+@gluon.jit
+def _wide_kernel(
+    x_desc,                    # TMA descriptor: x [n, >= 256] in [128, 64] blocks
+    y_desc, s_desc, scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr,   # as ``_tight_kernel``'s
+    n, m, cols_per_split,
+    dx_ptr,                    # [n, 256]
+    cs_ptr,                    # [3 dims, n] fp32
+    NT: gl.constexpr, EARLY: gl.constexpr,   # (``_wide_tile``)
+):
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  HR: gl.constexpr = BM // 2
+  gl.static_assert(BM == 128)
+  row0, j_lo, ntiles, k0, ndiag, x_smem, y_smem, st_smem, st_rows = _tight_start(
+      x_desc, y_desc, s_desc, off_ptr, m, cols_per_split, NT)
+  p_layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                rank=2)
+  p_smem = gl.allocate_shared_memory(x_desc.dtype, [6, HR, BN], p_layout)   # 3 a group
+  p_bar = mbarrier.allocate_mbarrier(batch=6)
+  x_bar = mbarrier.allocate_mbarrier()
+  ready = mbarrier.allocate_mbarrier(batch=NT)
+  empty = mbarrier.allocate_mbarrier(batch=NT)
+  mbarrier.init(x_bar, count=1)
+  for i in gl.static_range(6):
+    mbarrier.init(p_bar.index(i), count=1)
+  for i in gl.static_range(NT):
+    mbarrier.init(ready.index(i), count=1)
+    mbarrier.init(empty.index(i), count=2)   # both groups read every tile
+  gl.warp_specialize([
+      (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
+                        off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
+                        dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY)),
+      (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
+                        off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
+                        dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY)),
+      (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
+                         row0, j_lo, ntiles, k0, BN, BK, NT)),
+  ], [4, 1], [240, 24])
+
+
+# ---------------------------------------------------------------------------------------
 # On the GPU (jax-triton)
 
 
@@ -703,7 +950,15 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
   xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
   yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
   out_shapes = [jax.ShapeDtypeStruct((n, 256), x.dtype), jax.ShapeDtypeStruct((3, 2, n), f32)]
-  if variant in TIGHT:
+  if variant in WIDE:
+    xd = jt.TensorDescriptor.from_array(x, (2 * BM, BK), layout=layout((2 * BM, BK)))
+    sd = jt.TensorDescriptor.from_array(column_blocks(yt, g_c), (8, BN), layout=STATS_LAYOUT)
+    out_shapes[1] = jax.ShapeDtypeStruct((3, 1, n), f32)
+    dx, cs = _compat.triton_call(
+        xd, yd, sd, scal, off, xt.reshape(-1), t.reshape(-1), g_r.reshape(-1), n, n, n,
+        kernel=_wide_kernel, out_shapes=out_shapes, grid=(-(-n // (2 * BM)), 1),
+        name=f"gluon_{variant}", num_warps=4, num_stages=1, **WIDE[variant])
+  elif variant in TIGHT:
     sd = jt.TensorDescriptor.from_array(column_blocks(yt, g_c), (8, BN), layout=STATS_LAYOUT)
     dx, cs = _compat.triton_call(
         xd, yd, sd, scal, off, xt.reshape(-1), t.reshape(-1), g_r.reshape(-1), n, n, n,
@@ -777,7 +1032,10 @@ TIGHT = {"small3_tight": dict(NT=NT, DEFER=False),   # ``_tight_kernel``
          # timing bounds of the tight pass, not checked: its loads alone; without epilogue
          "small3_bound_loads": dict(NT=NT, DEFER=False, BOUND=1),
          "small3_bound_gemm": dict(NT=NT, DEFER=False, BOUND=2)}
-VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT)}
+WIDE = {"small3_wide": dict(NT=NT, EARLY=0),   # ``_wide_kernel``
+        "small3_wide_early": dict(NT=NT, EARLY=1),
+        "small3_wide_chain": dict(NT=NT, EARLY=2)}
+VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT, *WIDE)}
 
 
 def compile_only(a):
@@ -790,7 +1048,12 @@ def compile_only(a):
                cols_per_split="i32", dx_ptr="*bf16",
                **{p: "*fp32" for p in ("scal_ptr", "xt_ptr", "yt_ptr", "t_ptr", "g_r_ptr",
                                        "g_c_ptr", "cs_ptr")})
-    if variant in TIGHT:
+    if variant in WIDE:
+      kernel, consts = _wide_kernel, dict(WIDE[variant])
+      sig["x_desc"] = desc(2 * BM)
+      sig["s_desc"] = f"tensordesc<fp32[8,{BN}],{STATS_LAYOUT!r}>"
+      del sig["yt_ptr"], sig["g_c_ptr"]
+    elif variant in TIGHT:
       kernel, consts = _tight_kernel, dict(NP=NP, **TIGHT[variant])
       sig["s_desc"] = f"tensordesc<fp32[8,{BN}],{STATS_LAYOUT!r}>"
       del sig["yt_ptr"], sig["g_c_ptr"]
