@@ -74,8 +74,11 @@ accumulator (each dim's epilogue waits for its chunks: 616 B of spills against 1
 float32. sm_90: 1213 instructions a 64 x 64 tile of a group (96 exponentials, 32
 wgmmas) in the chain's untested loop, 12 of them spill loads and stores; at two
 warps a scheduler about 4.9 ms of issue a pass against 5.6 of GEMM, so a pass of 14.3 ms
-is mostly waiting: each group waits on its own wgmmas four times a tile and on three P
-barriers, with only the other group to fill the gaps.
+is mostly waiting, likely because each group waits on its own wgmmas four times a tile
+and on three P barriers, with only the other group to fill the gaps.
+``small3_wide_chain_rega`` takes Q_k into its wgmmas from registers (the A operand's
+layout), with no P store, fence or barrier: 1166 instructions a tile, 46 of them spill
+loads and stores (864 B); compiled, not yet run.
 
 Checked against float32 jnp at n = m = batch - 37 (rows and columns past the ends: the
 padded rows' t = +inf and the padded columns' b = 0 give them no weight) on the first 512
@@ -696,13 +699,14 @@ def _wide_put(p_smem, k, v, p_bar, phase):
 def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
                p_bar, ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0,
                CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
-               EXCL: gl.constexpr, EARLY: gl.constexpr):
+               EXCL: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr):
   """Walk position i for this group's rows: the three prefix dots (chunk 0; + chunk 1; +
   chunks 2-3), each dim's c b as its dot completes (dims 0 and 1 parked as bf16 in the
   group's P tiles 0 and 1), then from the largest dim down Q_2 = c^2 b, Q_1 = c^1 b + Q_2
   a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0 into P and onto dx's segments; the ring slot
   freed after the last wgmma. EARLY (``_wide_dots``): 1, chunks 2-3 issued with 0 and 1
-  (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``."""
+  (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``. REGA:
+  the Q_k wgmmas take Q_k from registers."""
   a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
   layout: gl.constexpr = zs.type.layout
   slot = i % NT
@@ -720,17 +724,31 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
     q, add0, add1, add2 = _wide_dots(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, CID, BN, HR, EXCL,
                                      EARLY)
-  _wide_put(p_smem, pt + 2, q, p_bar, i & 1)
-  acc2 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 2), acc2, is_async=True)
-  acc3 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 3), acc3, is_async=True)
-  q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
-  _wide_put(p_smem, pt + 1, q, p_bar, i & 1)
-  acc1 = warpgroup_mma(p_smem.index(pt + 1), y_smem.index(4 * slot + 1), acc1, is_async=True)
-  q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
-  _wide_put(p_smem, pt, q, p_bar, i & 1)
-  acc0 = warpgroup_mma(p_smem.index(pt), y_smem.index(4 * slot), acc0, is_async=True)
-  acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
-                                              deps=(acc0, acc1, acc2, acc3))
+  if REGA:   # Q from registers: no P store, fence or barrier
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
+    q2 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
+    acc2 = warpgroup_mma(q2, y_smem.index(4 * slot + 2), acc2, is_async=True)
+    acc3 = warpgroup_mma(q2, y_smem.index(4 * slot + 3), acc3, is_async=True)
+    q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
+    q1 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
+    acc1 = warpgroup_mma(q1, y_smem.index(4 * slot + 1), acc1, is_async=True)
+    q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
+    q0 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
+    acc0 = warpgroup_mma(q0, y_smem.index(4 * slot), acc0, is_async=True)
+    acc0, acc1, acc2, acc3, q0, q1, q2 = warpgroup_mma_wait(
+        num_outstanding=0, deps=(acc0, acc1, acc2, acc3, q0, q1, q2))
+  else:
+    _wide_put(p_smem, pt + 2, q, p_bar, i & 1)
+    acc2 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 2), acc2, is_async=True)
+    acc3 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 3), acc3, is_async=True)
+    q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
+    _wide_put(p_smem, pt + 1, q, p_bar, i & 1)
+    acc1 = warpgroup_mma(p_smem.index(pt + 1), y_smem.index(4 * slot + 1), acc1, is_async=True)
+    q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
+    _wide_put(p_smem, pt, q, p_bar, i & 1)
+    acc0 = warpgroup_mma(p_smem.index(pt), y_smem.index(4 * slot), acc0, is_async=True)
+    acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
+                                                deps=(acc0, acc1, acc2, acc3))
   mbarrier.arrive(empty.index(slot))   # this group is done with the tile
   return acc0, acc1, acc2, acc3, cs0 + add0, cs1 + add1, cs2 + add2
 
@@ -815,7 +833,7 @@ def _wide_rows(xt_ptr, t_ptr, g_r_ptr, scale2, rows, n):
 def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
                    off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag, dx_ptr,
                    cs_ptr, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
-                   NT: gl.constexpr, EARLY: gl.constexpr):
+                   NT: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr):
   """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split, the
   tiles holding the program's self pairs first and alone tested; dx's four 64-feature
   segments in four accumulators."""
@@ -835,12 +853,12 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
     acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
         ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, True,
-        EARLY)
+        EARLY, REGA)
   for i in range(ndiag, ntiles):
     acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
         ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, False,
-        EARLY)
+        EARLY, REGA)
   in_rows = rows < n
   a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
   a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
@@ -869,6 +887,7 @@ def _wide_kernel(
     dx_ptr,                    # [n, 256]
     cs_ptr,                    # [3 dims, n] fp32
     NT: gl.constexpr, EARLY: gl.constexpr,   # (``_wide_tile``)
+    REGA: gl.constexpr = False,
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -893,10 +912,10 @@ def _wide_kernel(
   gl.warp_specialize([
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
                         off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
-                        dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY)),
+                        dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA)),
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
                         off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
-                        dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY)),
+                        dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA)),
       (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                          row0, j_lo, ntiles, k0, BN, BK, NT)),
   ], [4, 1], [240, 24])
@@ -1034,7 +1053,8 @@ TIGHT = {"small3_tight": dict(NT=NT, DEFER=False),   # ``_tight_kernel``
          "small3_bound_gemm": dict(NT=NT, DEFER=False, BOUND=2)}
 WIDE = {"small3_wide": dict(NT=NT, EARLY=0),   # ``_wide_kernel``
         "small3_wide_early": dict(NT=NT, EARLY=1),
-        "small3_wide_chain": dict(NT=NT, EARLY=2)}
+        "small3_wide_chain": dict(NT=NT, EARLY=2),
+        "small3_wide_chain_rega": dict(NT=NT, EARLY=2, REGA=True)}
 VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT, *WIDE)}
 
 
