@@ -424,6 +424,21 @@ def _tight_start(x_desc, y_desc, s_desc, off_ptr, m, cols_per_split, NT: gl.cons
 
 
 @gluon.jit
+def _tight_barriers(NT: gl.constexpr):
+  """The tight ring's mbarriers, initialized: x loaded; each of its NT tiles ready (the
+  producer's one arrival with the bytes) and empty (both consumer groups read every
+  tile)."""
+  x_bar = mbarrier.allocate_mbarrier()
+  ready = mbarrier.allocate_mbarrier(batch=NT)
+  empty = mbarrier.allocate_mbarrier(batch=NT)
+  mbarrier.init(x_bar, count=1)
+  for i in gl.static_range(NT):
+    mbarrier.init(ready.index(i), count=1)
+    mbarrier.init(empty.index(i), count=2)
+  return x_bar, ready, empty
+
+
+@gluon.jit
 def _tight_producer(x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                     row0, j_lo, ntiles, k0, BN: gl.constexpr, BK: gl.constexpr,
                     NT: gl.constexpr):
@@ -442,6 +457,13 @@ def _tight_producer(x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, read
     for k in gl.static_range(4):
       tma.async_load(y_desc, [j, k * BK], ready.index(slot), y_smem.index(4 * slot + k))
     tma.async_load(s_desc, [(j // BN) * 8, 0], ready.index(slot), st_smem.index(i % 4))
+
+
+@gluon.jit
+def _xrows(x_smem, k: gl.constexpr, CID: gl.constexpr, HR: gl.constexpr):
+  """Consumer group CID's rows of x's chunk k, when a program's x chunks hold the rows of
+  both groups (a wgmma's A; transposed, its B)."""
+  return x_smem.index(k).slice(CID * HR, HR, dim=0)
 
 
 @gluon.jit
@@ -680,10 +702,6 @@ def _loads_consumer(x_bar, ready, empty, ntiles, NT: gl.constexpr):
 # wgmmas and all 256 of dx's features, no P shared between the groups
 
 
-@gluon.jit
-def _xrows(x_smem, k: gl.constexpr, CID: gl.constexpr, HR: gl.constexpr):
-  """This group's rows of x's chunk k (a wgmma's A)."""
-  return x_smem.index(k).slice(CID * HR, HR, dim=0)
 
 
 @gluon.jit
@@ -859,7 +877,7 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
         ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, False,
         EARLY, REGA)
-  in_rows = rows < n
+  in_rows = rows < n   # (the a_k again: not held across the loop)
   a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
   a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
   a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
@@ -900,15 +918,9 @@ def _wide_kernel(
                                                 rank=2)
   p_smem = gl.allocate_shared_memory(x_desc.dtype, [6, HR, BN], p_layout)   # 3 a group
   p_bar = mbarrier.allocate_mbarrier(batch=6)
-  x_bar = mbarrier.allocate_mbarrier()
-  ready = mbarrier.allocate_mbarrier(batch=NT)
-  empty = mbarrier.allocate_mbarrier(batch=NT)
-  mbarrier.init(x_bar, count=1)
+  x_bar, ready, empty = _tight_barriers(NT)
   for i in gl.static_range(6):
     mbarrier.init(p_bar.index(i), count=1)
-  for i in gl.static_range(NT):
-    mbarrier.init(ready.index(i), count=1)
-    mbarrier.init(empty.index(i), count=2)   # both groups read every tile
   gl.warp_specialize([
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
                         off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,

@@ -81,8 +81,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, warpgrou
 from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
-from benchmarks.bench_gluon_small import (DIMS, NT, RAGGED, STATS_LAYOUT, _tight_producer,
-                                          _tight_start, column_blocks, prefixes)
+from benchmarks.bench_gluon_small import (DIMS, NT, RAGGED, STATS_LAYOUT, _tight_barriers,
+                                          _tight_producer, _tight_start, _xrows, column_blocks,
+                                          prefixes)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import stats_gluon
 from memeff_jax.backends.triton._common import off_diagonal
@@ -144,7 +145,7 @@ def _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empt
 @gluon.jit
 def _xchunk(x_smem, k: gl.constexpr, CID: gl.constexpr, HR: gl.constexpr):
   """This group's rows of x's chunk k, transposed (a wgmma's B)."""
-  return x_smem.index(k).slice(CID * HR, HR, dim=0).permute((1, 0))
+  return _xrows(x_smem, k, CID, HR).permute((1, 0))
 
 
 @gluon.jit
@@ -203,13 +204,7 @@ def _small_fwd_kernel(
   gl.static_assert(BM == 128)
   row0, j_lo, ntiles, k0, ndiag, x_smem, y_smem, st_smem, st_rows = _tight_start(
       x_desc, y_desc, s_desc, off_ptr, m, cols_per_split, NT)
-  x_bar = mbarrier.allocate_mbarrier()
-  ready = mbarrier.allocate_mbarrier(batch=NT)
-  empty = mbarrier.allocate_mbarrier(batch=NT)
-  mbarrier.init(x_bar, count=1)
-  for i in gl.static_range(NT):
-    mbarrier.init(ready.index(i), count=1)
-    mbarrier.init(empty.index(i), count=2)   # both groups read every tile
+  x_bar, ready, empty = _tight_barriers(NT)
   gl.warp_specialize([
       (_fwd_consumer, (x_smem, y_smem, st_rows, x_bar, ready, empty, scal_ptr, off_ptr,
                        xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr, col_ptr, 0, BN,
