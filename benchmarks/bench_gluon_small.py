@@ -572,6 +572,15 @@ def _tight_tile(i, sa, sb, sc, acc0, acc1, cs0, cs1, cs2, x_smem, y_smem, st_row
 
 
 @gluon.jit
+def _norms(xt_ptr, rows, in_rows, n):
+  """The three dims' prefix inverse norms of these rows of x (xt [3, n]; 1 past n)."""
+  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
+  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
+  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  return a0, a1, a2
+
+
+@gluon.jit
 def _tight_consumer(x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full, p_free,
                     scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
                     ndiag, dx_ptr, cs_ptr, CID: gl.constexpr, BM: gl.constexpr,
@@ -591,9 +600,7 @@ def _tight_consumer(x_smem, y_smem, st_rows, p_smem, x_bar, ready, empty, p_full
   col_off = gl.load(off_ptr + 1)
   rows = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, s_layout))
   in_rows = rows < n
-  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
-  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
-  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  a0, a1, a2 = _norms(xt_ptr, rows, in_rows, n)
   t0, g0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, BM, True, False)
   t1, g1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, BM, True, False)
   t2, g2, _ = row_stats(t_ptr + 2 * n, g_r_ptr + 2 * n, t_ptr, rows, in_rows, BM, True, False)
@@ -700,8 +707,6 @@ def _loads_consumer(x_bar, ready, empty, ntiles, NT: gl.constexpr):
 # ---------------------------------------------------------------------------------------
 # ``small3_wide``: 128-row programs; each consumer group its own 64 rows, 64-column S
 # wgmmas and all 256 of dx's features, no P shared between the groups
-
-
 
 
 @gluon.jit
@@ -838,9 +843,7 @@ def _wide_dots(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s, a2s, t0,
 def _wide_rows(xt_ptr, t_ptr, g_r_ptr, scale2, rows, n):
   """The rows' statistics of the three dims: a_k scale2, t_k, g_r,k, a_2 / a_1, a_1 / a_0."""
   in_rows = rows < n
-  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
-  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
-  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  a0, a1, a2 = _norms(xt_ptr, rows, in_rows, n)
   t0, g0, _ = row_stats(t_ptr, g_r_ptr, t_ptr, rows, in_rows, 64, True, False)
   t1, g1, _ = row_stats(t_ptr + n, g_r_ptr + n, t_ptr, rows, in_rows, 64, True, False)
   t2, g2, _ = row_stats(t_ptr + 2 * n, g_r_ptr + 2 * n, t_ptr, rows, in_rows, 64, True, False)
@@ -878,9 +881,7 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
         ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, False,
         EARLY, REGA)
   in_rows = rows < n   # (the a_k again: not held across the loop)
-  a0 = gl.load(xt_ptr + rows, mask=in_rows, other=1.0)
-  a1 = gl.load(xt_ptr + n + rows, mask=in_rows, other=1.0)
-  a2 = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=1.0)
+  a0, a1, a2 = _norms(xt_ptr, rows, in_rows, n)
   out_mult = gl.load(scal_ptr + 1)
   feats = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
   at = dx_ptr + gl.expand_dims(rows, 1).to(gl.int64) * (4 * BN) + gl.expand_dims(feats, 0)
