@@ -78,7 +78,14 @@ is mostly waiting, likely because each group waits on its own wgmmas four times 
 and on three P barriers, with only the other group to fill the gaps.
 ``small3_wide_chain_rega`` takes Q_k into its wgmmas from registers (the A operand's
 layout), with no P store, fence or barrier: 1166 instructions a tile, 46 of them spill
-loads and stores (864 B); compiled, not yet run.
+loads and stores (864 B); compiled, not yet run. ``small3_wide_chain_pp`` orders the
+groups as FlashAttention-3's ping-pong does: each group's four batches of wgmmas a tile
+(chunk 0; chunk 1; chunks 2-3; the Q_k) wait for the other group's batch of the same
+rank to be issued (two mbarriers, ``_my_turn`` / ``_pass_turn``), so the groups'
+batches alternate on the tensor cores and one group's epilogue runs under the other's
+wgmmas, if it is their falling into step that leaves the tensor cores idle: 1249
+instructions a tile (396 B of spills); compiled, not yet run. The chain's and rega's
+builds are unchanged by it (the same instructions a tile and spills).
 
 Checked against float32 jnp at n = m = batch - 37 (rows and columns past the ends: the
 padded rows' t = +inf and the padded columns' b = 0 give them no weight) on the first 512
@@ -719,19 +726,42 @@ def _wide_put(p_smem, k, v, p_bar, phase):
 
 
 @gluon.jit
+def _my_turn(turn, k, CID: gl.constexpr, PP: gl.constexpr):
+  """PP (FlashAttention-3's ping-pong): group CID's k-th batch of wgmmas waits until the
+  other group has issued its own k-th (group 0's first batch waits for nothing), so the
+  groups' batches alternate and each group's epilogue runs under the other's wgmmas."""
+  if PP:
+    if CID == 0:
+      mbarrier.wait(turn.index(0), (k - 1) & 1, pred=k > 0)
+    else:
+      mbarrier.wait(turn.index(1), k & 1)
+
+
+@gluon.jit
+def _pass_turn(turn, CID: gl.constexpr, PP: gl.constexpr):
+  """PP: this group's batch is issued; the other group's turn."""
+  if PP:
+    mbarrier.arrive(turn.index(1 - CID))
+
+
+@gluon.jit
 def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
-               p_bar, ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0,
+               p_bar, ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0,
                CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
-               EXCL: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr):
+               EXCL: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr,
+               PP: gl.constexpr):
   """Walk position i for this group's rows: the three prefix dots (chunk 0; + chunk 1; +
   chunks 2-3), each dim's c b as its dot completes (dims 0 and 1 parked as bf16 in the
   group's P tiles 0 and 1), then from the largest dim down Q_2 = c^2 b, Q_1 = c^1 b + Q_2
   a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0 into P and onto dx's segments; the ring slot
   freed after the last wgmma. EARLY (``_wide_dots``): 1, chunks 2-3 issued with 0 and 1
   (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``. REGA:
-  the Q_k wgmmas take Q_k from registers."""
+  the Q_k wgmmas take Q_k from registers. PP (``_wide_chain`` only): its four batches of
+  wgmmas a tile (chunk 0; chunk 1; chunks 2-3; the Q_k) take turns with the other
+  group's."""
   a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
   layout: gl.constexpr = zs.type.layout
+  gl.static_assert(EARLY == 2 or not PP)
   slot = i % NT
   r0 = 8 * (i % 4)   # the tile's statistics block
   pt = 3 * CID       # this group's P tiles
@@ -742,7 +772,8 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   mbarrier.wait(ready.index(slot), (i // NT) & 1)
   if EARLY == 2:   # one accumulator, each dim's epilogue between its chunks
     q, add0, add1, add2 = _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
-                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, CID, BN, HR, EXCL)
+                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, turn, 4 * i, CID,
+                                      BN, HR, EXCL, PP)
   else:
     q, add0, add1, add2 = _wide_dots(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, CID, BN, HR, EXCL,
@@ -750,6 +781,7 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   if REGA:   # Q from registers: no P store, fence or barrier
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
     q2 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
+    _my_turn(turn, 4 * i + 3, CID, PP)
     acc2 = warpgroup_mma(q2, y_smem.index(4 * slot + 2), acc2, is_async=True)
     acc3 = warpgroup_mma(q2, y_smem.index(4 * slot + 3), acc3, is_async=True)
     q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
@@ -758,10 +790,12 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
     q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
     q0 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
     acc0 = warpgroup_mma(q0, y_smem.index(4 * slot), acc0, is_async=True)
+    _pass_turn(turn, CID, PP)
     acc0, acc1, acc2, acc3, q0, q1, q2 = warpgroup_mma_wait(
         num_outstanding=0, deps=(acc0, acc1, acc2, acc3, q0, q1, q2))
   else:
     _wide_put(p_smem, pt + 2, q, p_bar, i & 1)
+    _my_turn(turn, 4 * i + 3, CID, PP)
     acc2 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 2), acc2, is_async=True)
     acc3 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 3), acc3, is_async=True)
     q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
@@ -770,6 +804,7 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
     q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
     _wide_put(p_smem, pt, q, p_bar, i & 1)
     acc0 = warpgroup_mma(p_smem.index(pt), y_smem.index(4 * slot), acc0, is_async=True)
+    _pass_turn(turn, CID, PP)
     acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
                                                 deps=(acc0, acc1, acc2, acc3))
   mbarrier.arrive(empty.index(slot))   # this group is done with the tile
@@ -778,25 +813,31 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
 
 @gluon.jit
 def _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s, a2s, t0, t1, t2, g0,
-                g1, g2, keep, zs, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
-                EXCL: gl.constexpr):
+                g1, g2, keep, zs, turn, k, CID: gl.constexpr, BN: gl.constexpr,
+                HR: gl.constexpr, EXCL: gl.constexpr, PP: gl.constexpr):
   """``_wide_tile``'s prefix dots in one accumulator (each dim's epilogue waits for its
   chunks): c^0 b and c^1 b parked in P tiles pt and pt + 1, c^2 b returned, with the rows'
-  sums."""
+  sums. k: the tile's first batch of wgmmas (PP's turns)."""
+  _my_turn(turn, k, CID, PP)
   s = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, slot, 0, 0, BN), zs,
                     use_acc=False, is_async=True)
+  _pass_turn(turn, CID, PP)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
   u, add0 = _tight_dim(s, st_rows, r0, a0s, t0, g0, keep, 0, BN, EXCL)
   p_smem.index(pt).store(u.to(p_smem.dtype))   # (read back by the same threads)
+  _my_turn(turn, k + 1, CID, PP)
   s = warpgroup_mma(_xrows(x_smem, 1, CID, HR), _ychunk(y_smem, slot, 1, 0, BN), s,
                     is_async=True)
+  _pass_turn(turn, CID, PP)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
   u, add1 = _tight_dim(s, st_rows, r0 + 1, a1s, t1, g1, keep, 0, BN, EXCL)
   p_smem.index(pt + 1).store(u.to(p_smem.dtype))
+  _my_turn(turn, k + 2, CID, PP)
   s = warpgroup_mma(_xrows(x_smem, 2, CID, HR), _ychunk(y_smem, slot, 2, 0, BN), s,
                     is_async=True)
   s = warpgroup_mma(_xrows(x_smem, 3, CID, HR), _ychunk(y_smem, slot, 3, 0, BN), s,
                     is_async=True)
+  _pass_turn(turn, CID, PP)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
   q, add2 = _tight_dim(s, st_rows, r0 + 2, a2s, t2, g2, keep, 0, BN, EXCL)
   return q, add0, add1, add2
@@ -851,10 +892,11 @@ def _wide_rows(xt_ptr, t_ptr, g_r_ptr, scale2, rows, n):
 
 
 @gluon.jit
-def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
-                   off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag, dx_ptr,
-                   cs_ptr, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
-                   NT: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr):
+def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
+                   scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
+                   dx_ptr, cs_ptr, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
+                   NT: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr,
+                   PP: gl.constexpr):
   """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split, the
   tiles holding the program's self pairs first and alone tested; dx's four 64-feature
   segments in four accumulators."""
@@ -873,13 +915,13 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
   for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
     acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
-        ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, True,
-        EARLY, REGA)
+        ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT,
+        True, EARLY, REGA, PP)
   for i in range(ndiag, ntiles):
     acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
-        ready, empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, False,
-        EARLY, REGA)
+        ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT,
+        False, EARLY, REGA, PP)
   in_rows = rows < n   # (the a_k again: not held across the loop)
   a0, a1, a2 = _norms(xt_ptr, rows, in_rows, n)
   out_mult = gl.load(scal_ptr + 1)
@@ -906,7 +948,7 @@ def _wide_kernel(
     dx_ptr,                    # [n, 256]
     cs_ptr,                    # [3 dims, n] fp32
     NT: gl.constexpr, EARLY: gl.constexpr,   # (``_wide_tile``)
-    REGA: gl.constexpr = False,
+    REGA: gl.constexpr = False, PP: gl.constexpr = False,
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -922,13 +964,16 @@ def _wide_kernel(
   x_bar, ready, empty = _tight_barriers(NT)
   for i in gl.static_range(6):
     mbarrier.init(p_bar.index(i), count=1)
+  turn = mbarrier.allocate_mbarrier(batch=2)   # PP: group k's turn to issue
+  for i in gl.static_range(2):
+    mbarrier.init(turn.index(i), count=1)
   gl.warp_specialize([
-      (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
-                        off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
-                        dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA)),
-      (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, scal_ptr,
-                        off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
-                        dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA)),
+      (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
+                        scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
+                        ndiag, dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA, PP)),
+      (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
+                        scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
+                        ndiag, dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA, PP)),
       (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                          row0, j_lo, ntiles, k0, BN, BK, NT)),
   ], [4, 1], [240, 24])
@@ -1067,7 +1112,8 @@ TIGHT = {"small3_tight": dict(NT=NT, DEFER=False),   # ``_tight_kernel``
 WIDE = {"small3_wide": dict(NT=NT, EARLY=0),   # ``_wide_kernel``
         "small3_wide_early": dict(NT=NT, EARLY=1),
         "small3_wide_chain": dict(NT=NT, EARLY=2),
-        "small3_wide_chain_rega": dict(NT=NT, EARLY=2, REGA=True)}
+        "small3_wide_chain_rega": dict(NT=NT, EARLY=2, REGA=True),
+        "small3_wide_chain_pp": dict(NT=NT, EARLY=2, PP=True)}
 VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT, *WIDE)}
 
 
