@@ -983,10 +983,10 @@ def _wide_kernel(
 # On the GPU (jax-triton)
 
 
-def prefixes(x, y):
-  """Each small dim's prefix inverse norms of x's and y's rows, [3, n] fp32."""
+def prefixes(x, y, dims=DIMS):
+  """Each dim's prefix inverse norms of x's and y's rows, [dims, n] fp32."""
   inv = lambda v: jnp.stack([jax.lax.rsqrt(jnp.sum(jnp.square(v[:, :d].astype(jnp.float32)),
-                                                   1)) for d in DIMS])
+                                                   1)) for d in dims])
   return inv(x), inv(y)
 
 

@@ -31,6 +31,15 @@ epilogues run while the other group's wgmmas do (the groups are not ordered).
 Variants: ``small3_fwd``; ``library3``, the library's Gluon forward
 (``stats_gluon._lse_fwd_gluon_kernel``) on each dim's normalized prefix, three launches
 (the prefixes normalized in the timed step too), for the comparison in the same call.
+``all4_fwd`` (``_all4_fwd_kernel``) takes dim 512 into the same walk, so that one pass
+over the 512 features gives every dim's sums (the fused loss's forward: the per-dim
+forwards take 17.9 ms in h200_jt04_mrl_profile.txt, the plain one 7.1): x's 512 features
+resident (128 KiB), y's tiles through a ring of eight [64, 64] chunks, each freed as both
+groups' wgmma on it completes, the columns' statistics blocks (b_0 .. b_3, -shift) in a
+ring of four beside it; chunk 0, its epilogue, chunk 1, its epilogue, chunks 2-3, chunks
+4-7, each dim's epilogue once its chunks are in. The rows' a_k scale2 are read from
+shared memory each tile: held in registers with the four terms tiles they spilled 1416
+B. ``library4`` runs the library's kernel once per dim, 512 included, for the comparison.
 Rows and columns past the ends: a column's statistics block carries -shift in its row 6
 (-inf past m, so the padded columns' exponentials are 0 in every tile), and a program
 with rows past n tests every tile (rows < n joins the self-pair mask). Each is checked
@@ -58,7 +67,11 @@ GHz), its GEMM at 2.8 (790 TFLOP/s) and its exponentials at 3.1 (16 a cycle an S
 least 3.1 ms, about 5.5 if its issue and GEMM do not overlap; the per-dim forwards take
 9.9. The walk order and the chained sums were checked on the CPU by a float64 NumPy model
 of the kernel (not kept): within 2.3e-15 of a dense float64 reference (n = 512, m = 640,
-with row and column offsets).
+with row and column offsets). ``all4_fwd``: 202.7 KiB, 108 B of spills, 1095-1122
+instructions a tile (1501-1548 tested; 128 exponentials, 32 wgmmas); for B = 65536 about
+4.4 ms of issue, 5.6 of GEMM and 4.1 of exponentials, against the per-dim forwards'
+17 ms (7.1 + 9.9). A float64 NumPy model of its walk, statistics blocks and masks (not
+kept) is within 7.6e-7 of ``reference`` (float32) at n = m = 300. Compiled, not yet run.
 """
 
 from __future__ import annotations
@@ -75,15 +88,15 @@ import jax.numpy as jnp
 import numpy as np
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, warpgroup_mma,
+from triton.experimental.gluon.language.nvidia.hopper import (mbarrier, tma, warpgroup_mma,
                                                               warpgroup_mma_wait)
 
 from benchmarks._gluon import compile_rows, compile_sm90, compiled_via, guarded, layout, main
 from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
 from benchmarks.bench_gluon_small import (DIMS, NT, RAGGED, STATS_LAYOUT, _tight_barriers,
-                                          _tight_producer, _tight_start, _xrows, column_blocks,
-                                          prefixes)
+                                          _tight_producer, _tight_start, _tile_order, _xrows,
+                                          column_blocks, prefixes)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import stats_gluon
 from memeff_jax.backends.triton._common import off_diagonal
@@ -218,18 +231,214 @@ def _small_fwd_kernel(
 
 
 # ---------------------------------------------------------------------------------------
+# ``all4_fwd``: every dim (64, 128, 256, 512) in one walk over the 512 features
+
+
+DIMS4 = (64, 128, 256, 512)
+KCH4 = gl.constexpr(8)   # x's and a tile's chunks
+NB4 = 8    # the chunk ring: one tile's chunks, each freed as both groups' wgmma on it is done
+
+
+@gluon.jit
+def _all4_producer(x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
+                   st_ready, row0, j_lo, ntiles, k0, BN: gl.constexpr, BK: gl.constexpr,
+                   NB: gl.constexpr):
+  """One warp: x's 512 features once, then each tile in walk order chunk by chunk into the
+  ring, and its columns' statistics block into block i % 4 (loaded with the tile's first
+  chunk, whose slot is freed only once both groups are at tile i - 1, so past tile i - 4's
+  reads)."""
+  mbarrier.expect(x_bar, KCH4 * x_desc.block_type.nbytes)
+  for k in gl.static_range(KCH4):
+    tma.async_load(x_desc, [row0, k * BK], x_bar, x_smem.index(k))
+  for i in range(0, ntiles):
+    j = j_lo + ((k0 + i) % ntiles) * BN
+    for k in gl.static_range(KCH4):
+      c = i * KCH4 + k
+      slot = c % NB
+      mbarrier.wait(empty.index(slot), ((c // NB) & 1) ^ 1)   # fresh: passes
+      mbarrier.expect(ready.index(slot), y_desc.block_type.nbytes)
+      tma.async_load(y_desc, [j, k * BK], ready.index(slot), y_smem.index(slot))
+      if k == 0:
+        mbarrier.expect(st_ready.index(i % 4), s_desc.block_type.nbytes)
+        tma.async_load(s_desc, [(j // BN) * 8, 0], st_ready.index(i % 4), st_smem.index(i % 4))
+
+
+@gluon.jit
+def _all4_chunk(s, i, k: gl.constexpr, x_smem, y_smem, ready, CID: gl.constexpr,
+                HR: gl.constexpr, NB: gl.constexpr):
+  """Chunk k of walk position i added into S^T (issued, not waited for)."""
+  c = i * KCH4 + k
+  mbarrier.wait(ready.index(c % NB), (c // NB) & 1)
+  return warpgroup_mma(y_smem.index(c % NB), _xchunk(x_smem, k, CID, HR), s, use_acc=k > 0,
+                       is_async=True)
+
+
+@gluon.jit
+def _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready, empty, st_ready, zs,
+               n, rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr, part, P,
+               CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NB: gl.constexpr,
+               EXCL: gl.constexpr):
+  """Walk position i: the tile's four prefix dots in one accumulator (chunk 0; + 1;
+  + 2-3; + 4-7), each dim's epilogue (``_fwd_dim``) once its chunks are in, each chunk's
+  slot freed as its wgmma completes; the columns' sums stored as partial row ``part``.
+  The rows' a_k scale2 are read from shared memory each tile (held in registers, with the
+  four terms tiles, they spilled 1416 B)."""
+  layout: gl.constexpr = zs.type.layout
+  a_layout: gl.constexpr = gl.SliceLayout(0, layout)
+  c0 = i * KCH4
+  r0 = 8 * (i % 4)   # the tile's statistics block
+  cols = j_lo + ((k0 + i) % ntiles) * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
+  keep = 0
+  if EXCL:   # (transposed: columns first)
+    keep = off_diagonal(cols, rows, col_off, row_off) & gl.expand_dims(rows < n, 0)
+  mbarrier.wait(st_ready.index(i % 4), (i // 4) & 1)
+  neg_shift = gl.expand_dims(st_rows.index(r0 + 6).load(gl.SliceLayout(1, layout)), 1)
+  s = _all4_chunk(zs, i, 0, x_smem, y_smem, ready, CID, HR, NB)
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  mbarrier.arrive(empty.index(c0 % NB))
+  a = a_smem.index(4 * CID).load(a_layout)
+  t0, e0 = _fwd_dim(s, st_rows, r0, a, neg_shift, t0, keep, layout, EXCL)
+  s = _all4_chunk(s, i, 1, x_smem, y_smem, ready, CID, HR, NB)
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  mbarrier.arrive(empty.index((c0 + 1) % NB))
+  a = a_smem.index(4 * CID + 1).load(a_layout)
+  t1, e1 = _fwd_dim(s, st_rows, r0 + 1, a, neg_shift, t1, keep, layout, EXCL)
+  s = _all4_chunk(s, i, 2, x_smem, y_smem, ready, CID, HR, NB)
+  s = _all4_chunk(s, i, 3, x_smem, y_smem, ready, CID, HR, NB)
+  s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+  mbarrier.arrive(empty.index((c0 + 2) % NB))
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  mbarrier.arrive(empty.index((c0 + 3) % NB))
+  a = a_smem.index(4 * CID + 2).load(a_layout)
+  t2, e2 = _fwd_dim(s, st_rows, r0 + 2, a, neg_shift, t2, keep, layout, EXCL)
+  for k in gl.static_range(4, KCH4):
+    s = _all4_chunk(s, i, k, x_smem, y_smem, ready, CID, HR, NB)
+    if k > 4:   # chunk k - 1's wgmma is done
+      s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+      mbarrier.arrive(empty.index((c0 + k - 1) % NB))
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  mbarrier.arrive(empty.index((c0 + KCH4 - 1) % NB))
+  a = a_smem.index(4 * CID + 3).load(a_layout)
+  t3, e3 = _fwd_dim(s, st_rows, r0 + 3, a, neg_shift, t3, keep, layout, EXCL)
+  in_cols = cols < m
+  gl.store(col_ptr + part * m + cols, e0, mask=in_cols)          # [4 dims, P, m]
+  gl.store(col_ptr + (P + part) * m + cols, e1, mask=in_cols)
+  gl.store(col_ptr + (2 * P + part) * m + cols, e2, mask=in_cols)
+  gl.store(col_ptr + (3 * P + part) * m + cols, e3, mask=in_cols)
+  return t0, t1, t2, t3
+
+
+@gluon.jit
+def _all4_consumer(x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready, scal_ptr,
+                   off_ptr, xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr, col_ptr,
+                   CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NB: gl.constexpr):
+  """``_fwd_consumer`` for the four dims: rows [row0 + CID HR, + HR) against every tile
+  of the split, the tiles holding self pairs (or rows past n) first and alone tested."""
+  layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HR, 16])
+  scale2 = gl.load(scal_ptr)
+  row_off = gl.load(off_ptr)
+  col_off = gl.load(off_ptr + 1)
+  rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(0, layout))
+  in_rows = rows < n
+  a_smem = a_all   # rows 4 CID + k: written and read back by the same threads
+  for k in gl.static_range(4):
+    a = gl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
+    a_smem.index(4 * CID + k).store(a * scale2)
+  zs = gl.zeros([BN, HR], gl.float32, layout=layout)
+  t0, t1, t2, t3 = zs, zs, zs, zs
+  P = 2 * gl.num_programs(0)
+  part = 2 * gl.program_id(0) + CID
+  ndiag = gl.where(row0 + 2 * HR > n, ntiles, ndiag)   # rows past the end: every tile tested
+  mbarrier.wait(x_bar, 0)
+  for i in range(0, ndiag):
+    t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready,
+                                empty, st_ready, zs, n, rows, row_off, col_off, j_lo, ntiles,
+                                k0, m, col_ptr, part, P, CID, BN, HR, NB, True)
+  for i in range(ndiag, ntiles):
+    t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready,
+                                empty, st_ready, zs, n, rows, row_off, col_off, j_lo, ntiles,
+                                k0, m, col_ptr, part, P, CID, BN, HR, NB, False)
+  gl.store(row_ptr + rows, gl.sum(t0, axis=0), mask=in_rows)          # [4 dims, n]
+  gl.store(row_ptr + n + rows, gl.sum(t1, axis=0), mask=in_rows)
+  gl.store(row_ptr + 2 * n + rows, gl.sum(t2, axis=0), mask=in_rows)
+  gl.store(row_ptr + 3 * n + rows, gl.sum(t3, axis=0), mask=in_rows)
+
+
+@gluon.jit
+def _all4_fwd_kernel(
+    x_desc, y_desc,            # TMA descriptors: x [n, 512] in [128, 64] blocks, y in [64, 64]
+    s_desc,                    # TMA descriptor: the columns' statistics, ``column_blocks4``
+    scal_ptr, off_ptr,         # as ``_small_fwd_kernel``'s
+    xt_ptr,                    # [4, n] fp32: each dim's prefix inverse norms of x's rows
+    n, m, cols_per_split,      # (one split: cols_per_split >= m, a multiple of 64)
+    row_ptr,                   # [4, n] fp32: each dim's rows' sums
+    col_ptr,                   # [4, 2 n / 128, m] fp32: each dim's columns' sums per
+                               # program and consumer group
+    NB: gl.constexpr,
+):
+  BM: gl.constexpr = x_desc.block_type.shape[0]
+  BK: gl.constexpr = x_desc.block_type.shape[1]
+  BN: gl.constexpr = y_desc.block_type.shape[0]
+  HR: gl.constexpr = BM // 2
+  gl.static_assert(BM == 128 and BK == 64 and BN == 64)
+  row0 = gl.program_id(0) * BM
+  j_lo = gl.program_id(1) * cols_per_split
+  j_hi = gl.minimum(m, j_lo + cols_per_split)
+  ntiles, k0, ndiag = _tile_order(row0, gl.load(off_ptr), gl.load(off_ptr + 1), j_lo, j_hi,
+                                  BM, BN)
+  x_smem = gl.allocate_shared_memory(x_desc.dtype, [KCH4, BM, BK], x_desc.layout)
+  y_smem = gl.allocate_shared_memory(y_desc.dtype, [NB, BN, BK], y_desc.layout)
+  st_smem = gl.allocate_shared_memory(s_desc.dtype, [4, 8, BN], s_desc.layout)
+  st_rows = st_smem.reinterpret(s_desc.dtype, [4 * 8, BN],
+                                gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+  a_all = gl.allocate_shared_memory(gl.float32, [8, HR],   # [group, dim]: a_k scale2
+                                    gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+  x_bar, ready, empty = _tight_barriers(NB)
+  st_ready = mbarrier.allocate_mbarrier(batch=4)
+  for i in gl.static_range(4):
+    mbarrier.init(st_ready.index(i), count=1)
+  gl.warp_specialize([
+      (_all4_consumer, (x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready,
+                        scal_ptr, off_ptr, xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr,
+                        col_ptr, 0, BN, HR, NB)),
+      (_all4_consumer, (x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready,
+                        scal_ptr, off_ptr, xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr,
+                        col_ptr, 1, BN, HR, NB)),
+      (_all4_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
+                        st_ready, row0, j_lo, ntiles, k0, BN, BK, NB)),
+  ], [4, 1], [240, 24])
+
+
+# ---------------------------------------------------------------------------------------
 # On the GPU (jax-triton)
 
 
+def dims_of(variant):
+  """The dims a variant sums: the three small ones, or with 512 (``all4_fwd``, ``library4``)."""
+  return DIMS4 if variant in ("all4_fwd", "library4") else DIMS
+
+
+def column_blocks4(yt, shift):
+  """``all4_fwd``'s column statistics, [m / 64 8, 64] fp32 (m padded to whole tiles): per
+  tile of 64 columns the rows b_0 .. b_3, 0, 0, -shift (-inf past m), 0."""
+  m = yt.shape[1]
+  pad = -m % BN
+  six = jnp.where(jnp.arange(m + pad) < m, -shift, -jnp.inf)[None].astype(yt.dtype)
+  zero = jnp.zeros((1, m + pad), yt.dtype)
+  rows = jnp.concatenate([jnp.pad(yt, ((0, 0), (0, pad))), zero, zero, six, zero])
+  return rows.reshape(8, -1, BN).transpose(1, 0, 2).reshape(-1, BN)
+
+
 def launch(x, y, scale2, xt, yt, variant):
-  """Each dim's rows' and columns' sums, [3, n] and [3, m]."""
+  """Each dim's rows' and columns' sums, [dims, n] and [dims, m]."""
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   n, m = x.shape[0], y.shape[0]
   f32 = jnp.float32
   scal = jnp.stack([scale2, scale2 - BOUND_HEADROOM, jnp.zeros((), f32)])
-  if variant == "library3":   # stats_gluon's kernel on each dim's normalized prefix
+  if variant.startswith("library"):   # stats_gluon's kernel on each dim's normalized prefix
     rows, cols = [], []
-    for k, d in enumerate(DIMS):
+    for k, d in enumerate(dims_of(variant)):
       xk = (x[:, :d].astype(f32) * xt[k, :, None]).astype(x.dtype)
       yk = (y[:, :d].astype(f32) * yt[k, :, None]).astype(y.dtype)
       bm, bn, bk = stats_gluon.BLOCK_M, stats_gluon.BLOCK_N, stats_gluon.BLOCK_K
@@ -249,9 +458,19 @@ def launch(x, y, scale2, xt, yt, variant):
     return jnp.stack(rows), jnp.stack(cols)
   xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
   yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
+  off = jnp.zeros((2,), jnp.int32)
+  if variant == "all4_fwd":
+    sd = jt.TensorDescriptor.from_array(column_blocks4(yt, scal[1]), (8, BN),
+                                        layout=STATS_LAYOUT)
+    rows, cols = _compat.triton_call(
+        xd, yd, sd, scal, off, xt.reshape(-1), n, m, -(-m // BN) * BN,
+        kernel=_all4_fwd_kernel,
+        out_shapes=[jax.ShapeDtypeStruct((4, n), f32),
+                    jax.ShapeDtypeStruct((4, 2 * -(-n // BM), m), f32)],
+        grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB4)
+    return rows, jnp.sum(cols, axis=1)
   sd = jt.TensorDescriptor.from_array(column_blocks(yt, jnp.zeros_like(yt), scal[1]), (8, BN),
                                       layout=STATS_LAYOUT)
-  off = jnp.zeros((2,), jnp.int32)
   rows, cols = _compat.triton_call(
       xd, yd, sd, scal, off, xt.reshape(-1), n, m, -(-m // BN) * BN,
       kernel=_small_fwd_kernel,
@@ -261,13 +480,13 @@ def launch(x, y, scale2, xt, yt, variant):
   return rows, jnp.sum(cols, axis=1)
 
 
-def reference(x, y, scale2, xt, yt, rows):
-  """Each dim's sums over the first ``rows`` rows and columns in float32 jnp, [3, rows]
+def reference(x, y, scale2, xt, yt, rows, dims=DIMS):
+  """Each dim's sums over the first ``rows`` rows and columns in float32 jnp, [dims, rows]
   each, the self pairs left out."""
   f32 = jnp.float32
   shift = scale2 - BOUND_HEADROOM
   out_r, out_c = [], []
-  for k, d in enumerate(DIMS):
+  for k, d in enumerate(dims):
     def sums(a, b, at, bt):
       s = jnp.dot(a[:rows, :d].astype(f32), b[:, :d].astype(f32).T,
                   precision=jax.lax.Precision.HIGHEST) * at[:rows, None] * bt[None, :]
@@ -282,17 +501,18 @@ def run(a):
   n = a.batch
   path = compiled_via()
   x, y = clip_pairs(jax.random.key(0), n, 512)
-  xt, yt = prefixes(x, y)
   r = n - RAGGED   # the check's rows and columns: neither a whole number of tiles
   for variant in a.variants.split(","):
+    dims = dims_of(variant)
+    xt, yt = prefixes(x, y, dims)
 
-    def body(row, variant=variant):
+    def body(row, variant=variant, dims=dims, xt=xt, yt=yt):
       fn = jax.jit(lambda *v: launch(*v, variant))
       for scale2, timed in ((LOG2E / 0.5, False), (LOG2E / 0.07, True)):
         s2 = jnp.asarray(scale2, jnp.float32)
         if not timed:
           got = fn(x[:r], y[:r], s2, xt[:, :r], yt[:, :r])
-          want = reference(x[:r], y[:r], s2, xt[:, :r], yt[:, :r], CHECK_ROWS)
+          want = reference(x[:r], y[:r], s2, xt[:, :r], yt[:, :r], CHECK_ROWS, dims)
           err = max(float(jnp.max(jnp.abs(g[:, :CHECK_ROWS] - w) / w)) for g, w in zip(got, want))
           bad = not np.isfinite(err) or err > 2e-2
           row.update(err=err if np.isfinite(err) else str(err), wrong=bool(bad))
@@ -300,7 +520,7 @@ def run(a):
           ms = statistics.median(time_jax(fn, x, y, s2, xt, yt, reps=a.reps))
           row.update(ms=round(ms, 4))
 
-    guarded(dict(bench="gluon_small_fwd", variant=variant, batch=n, dim=256, ms=None, err=None,
+    guarded(dict(bench="gluon_small_fwd", variant=variant, batch=n, dim=dims[-1], ms=None, err=None,
                  wrong=None, note=f"compiled via {path}"), a.variant_timeout, body)
 
 
@@ -308,7 +528,7 @@ def run(a):
 # Without a GPU: compile for sm_90
 
 
-VARIANTS = {"library3": (lambda d: True,), "small3_fwd": (lambda d: True,)}
+VARIANTS = {v: (lambda d: True,) for v in ("library3", "small3_fwd", "library4", "all4_fwd")}
 
 
 def compile_only(a):
@@ -316,16 +536,18 @@ def compile_only(a):
 
   def build(variant, d):
     del d
-    if variant == "library3":   # the library's kernel at dim 256 (dims 64, 128 alike)
+    if variant.startswith("library"):   # its kernel at dim 256 (64, 128 alike) or 512
       from benchmarks._gluon import compile_library_forward  # pylint: disable=g-import-not-at-top
       return compile_library_forward("bfloat16", dict(
-          D=256, ROW_THR=False, EXCLUDE_SELF=True, TWO_SIDED=True, HAS_MASK=False,
-          WANT_MAX=False)), 4, {}
+          D=256 if variant == "library3" else 512, ROW_THR=False, EXCLUDE_SELF=True,
+          TWO_SIDED=True, HAS_MASK=False, WANT_MAX=False)), 4, {}
     desc = lambda r: f"tensordesc<bf16[{r},{BK}],{layout((r, BK))!r}>"
     sig = dict(x_desc=desc(BM), y_desc=desc(BN), s_desc=f"tensordesc<fp32[8,{BN}],"
                f"{STATS_LAYOUT!r}>", scal_ptr="*fp32", off_ptr="*i32", xt_ptr="*fp32",
                n="i32", m="i32", cols_per_split="i32", row_ptr="*fp32", col_ptr="*fp32")
     ptrs = [k for k, v in sig.items() if v.startswith(("*", "tensordesc"))]
+    if variant == "all4_fwd":
+      return compile_sm90(_all4_fwd_kernel, sig, ptrs, dict(NB=NB4), 4, 1), 4, {}
     return compile_sm90(_small_fwd_kernel, sig, ptrs, dict(NT=NT), 4, 1), 4, {}
   compile_rows(a, VARIANTS, build)
 
