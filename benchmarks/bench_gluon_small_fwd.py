@@ -39,7 +39,10 @@ groups' wgmma on it completes, the columns' statistics blocks (b_0 .. b_3, -shif
 ring of four beside it; chunk 0, its epilogue, chunk 1, its epilogue, chunks 2-3, chunks
 4-7, each dim's epilogue once its chunks are in. The rows' a_k scale2 are read from
 shared memory each tile: held in registers with the four terms tiles they spilled 1416
-B. ``library4`` runs the library's kernel once per dim, 512 included, for the comparison.
+B. ``all4_fwd_early`` keeps chunk 1 and then chunks 4-7 in a second accumulator, so that
+a group's own wgmmas run under its dim-64 and dim-256 epilogues (FlashAttention-3's
+overlap inside a warp group) where ``all4_fwd`` leaves that to the other group.
+``library4`` runs the library's kernel once per dim, 512 included, for the comparison.
 Rows and columns past the ends: a column's statistics block carries -shift in its row 6
 (-inf past m, so the padded columns' exponentials are 0 in every tile), and a program
 with rows past n tests every tile (rows < n joins the self-pair mask). Each is checked
@@ -71,7 +74,8 @@ with row and column offsets). ``all4_fwd``: 202.7 KiB, 108 B of spills, 1095-112
 instructions a tile (1501-1548 tested; 128 exponentials, 32 wgmmas); for B = 65536 about
 4.4 ms of issue, 5.6 of GEMM and 4.1 of exponentials, against the per-dim forwards'
 17 ms (7.1 + 9.9). A float64 NumPy model of its walk, statistics blocks and masks (not
-kept) is within 7.6e-7 of ``reference`` (float32) at n = m = 300. Compiled, not yet run.
+kept) is within 7.6e-7 of ``reference`` (float32) at n = m = 300. ``all4_fwd_early``:
+544 B of spills, 1189-1223 instructions a tile. Compiled, not yet run.
 """
 
 from __future__ import annotations
@@ -265,22 +269,25 @@ def _all4_producer(x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready
 
 @gluon.jit
 def _all4_chunk(s, i, k: gl.constexpr, x_smem, y_smem, ready, CID: gl.constexpr,
-                HR: gl.constexpr, NB: gl.constexpr):
-  """Chunk k of walk position i added into S^T (issued, not waited for)."""
+                HR: gl.constexpr, NB: gl.constexpr, ACC: gl.constexpr = True):
+  """Chunk k of walk position i added into S^T (into s where ACC and k > 0; issued, not
+  waited for)."""
   c = i * KCH4 + k
   mbarrier.wait(ready.index(c % NB), (c // NB) & 1)
-  return warpgroup_mma(y_smem.index(c % NB), _xchunk(x_smem, k, CID, HR), s, use_acc=k > 0,
-                       is_async=True)
+  return warpgroup_mma(y_smem.index(c % NB), _xchunk(x_smem, k, CID, HR), s,
+                       use_acc=ACC and k > 0, is_async=True)
 
 
 @gluon.jit
 def _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready, empty, st_ready, zs,
                n, rows, row_off, col_off, j_lo, ntiles, k0, m, col_ptr, part, P,
                CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NB: gl.constexpr,
-               EXCL: gl.constexpr):
+               EXCL: gl.constexpr, EARLY: gl.constexpr):
   """Walk position i: the tile's four prefix dots in one accumulator (chunk 0; + 1;
   + 2-3; + 4-7), each dim's epilogue (``_fwd_dim``) once its chunks are in, each chunk's
   slot freed as its wgmma completes; the columns' sums stored as partial row ``part``.
+  EARLY: two accumulators, so that a group's own wgmmas run under its epilogues: chunk 1
+  under dim 64's, chunks 4-7 (the second accumulator) under dim 256's.
   The rows' a_k scale2 are read from shared memory each tile (held in registers, with the
   four terms tiles, they spilled 1416 B)."""
   layout: gl.constexpr = zs.type.layout
@@ -293,31 +300,54 @@ def _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready, empty,
     keep = off_diagonal(cols, rows, col_off, row_off) & gl.expand_dims(rows < n, 0)
   mbarrier.wait(st_ready.index(i % 4), (i // 4) & 1)
   neg_shift = gl.expand_dims(st_rows.index(r0 + 6).load(gl.SliceLayout(1, layout)), 1)
-  s = _all4_chunk(zs, i, 0, x_smem, y_smem, ready, CID, HR, NB)
-  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  if EARLY:
+    s = _all4_chunk(zs, i, 0, x_smem, y_smem, ready, CID, HR, NB)
+    sb = _all4_chunk(zs, i, 1, x_smem, y_smem, ready, CID, HR, NB, False)
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+  else:
+    s = _all4_chunk(zs, i, 0, x_smem, y_smem, ready, CID, HR, NB)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
   mbarrier.arrive(empty.index(c0 % NB))
   a = a_smem.index(4 * CID).load(a_layout)
   t0, e0 = _fwd_dim(s, st_rows, r0, a, neg_shift, t0, keep, layout, EXCL)
-  s = _all4_chunk(s, i, 1, x_smem, y_smem, ready, CID, HR, NB)
-  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  if EARLY:
+    sb = warpgroup_mma_wait(num_outstanding=0, deps=(sb,))
+    s = s + sb
+  else:
+    s = _all4_chunk(s, i, 1, x_smem, y_smem, ready, CID, HR, NB)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
   mbarrier.arrive(empty.index((c0 + 1) % NB))
   a = a_smem.index(4 * CID + 1).load(a_layout)
   t1, e1 = _fwd_dim(s, st_rows, r0 + 1, a, neg_shift, t1, keep, layout, EXCL)
   s = _all4_chunk(s, i, 2, x_smem, y_smem, ready, CID, HR, NB)
   s = _all4_chunk(s, i, 3, x_smem, y_smem, ready, CID, HR, NB)
-  s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-  mbarrier.arrive(empty.index((c0 + 2) % NB))
-  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-  mbarrier.arrive(empty.index((c0 + 3) % NB))
+  if EARLY:   # chunks 4-7 into a second accumulator, under dim 256's epilogue
+    for k in gl.static_range(4, KCH4):
+      sb = _all4_chunk(sb, i, k, x_smem, y_smem, ready, CID, HR, NB, k > 4)
+    s = warpgroup_mma_wait(num_outstanding=5, deps=(s,))
+    mbarrier.arrive(empty.index((c0 + 2) % NB))
+    s = warpgroup_mma_wait(num_outstanding=4, deps=(s,))
+    mbarrier.arrive(empty.index((c0 + 3) % NB))
+  else:
+    s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+    mbarrier.arrive(empty.index((c0 + 2) % NB))
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    mbarrier.arrive(empty.index((c0 + 3) % NB))
   a = a_smem.index(4 * CID + 2).load(a_layout)
   t2, e2 = _fwd_dim(s, st_rows, r0 + 2, a, neg_shift, t2, keep, layout, EXCL)
-  for k in gl.static_range(4, KCH4):
-    s = _all4_chunk(s, i, k, x_smem, y_smem, ready, CID, HR, NB)
-    if k > 4:   # chunk k - 1's wgmma is done
-      s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-      mbarrier.arrive(empty.index((c0 + k - 1) % NB))
-  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-  mbarrier.arrive(empty.index((c0 + KCH4 - 1) % NB))
+  if EARLY:
+    sb = warpgroup_mma_wait(num_outstanding=0, deps=(sb,))
+    for k in gl.static_range(4, KCH4):
+      mbarrier.arrive(empty.index((c0 + k) % NB))
+    s = s + sb
+  else:
+    for k in gl.static_range(4, KCH4):
+      s = _all4_chunk(s, i, k, x_smem, y_smem, ready, CID, HR, NB)
+      if k > 4:   # chunk k - 1's wgmma is done
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+        mbarrier.arrive(empty.index((c0 + k - 1) % NB))
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    mbarrier.arrive(empty.index((c0 + KCH4 - 1) % NB))
   a = a_smem.index(4 * CID + 3).load(a_layout)
   t3, e3 = _fwd_dim(s, st_rows, r0 + 3, a, neg_shift, t3, keep, layout, EXCL)
   in_cols = cols < m
@@ -331,7 +361,8 @@ def _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready, empty,
 @gluon.jit
 def _all4_consumer(x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready, scal_ptr,
                    off_ptr, xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr, col_ptr,
-                   CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NB: gl.constexpr):
+                   CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NB: gl.constexpr,
+                   EARLY: gl.constexpr):
   """``_fwd_consumer`` for the four dims: rows [row0 + CID HR, + HR) against every tile
   of the split, the tiles holding self pairs (or rows past n) first and alone tested."""
   layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -354,11 +385,11 @@ def _all4_consumer(x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready
   for i in range(0, ndiag):
     t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready,
                                 empty, st_ready, zs, n, rows, row_off, col_off, j_lo, ntiles,
-                                k0, m, col_ptr, part, P, CID, BN, HR, NB, True)
+                                k0, m, col_ptr, part, P, CID, BN, HR, NB, True, EARLY)
   for i in range(ndiag, ntiles):
     t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready,
                                 empty, st_ready, zs, n, rows, row_off, col_off, j_lo, ntiles,
-                                k0, m, col_ptr, part, P, CID, BN, HR, NB, False)
+                                k0, m, col_ptr, part, P, CID, BN, HR, NB, False, EARLY)
   gl.store(row_ptr + rows, gl.sum(t0, axis=0), mask=in_rows)          # [4 dims, n]
   gl.store(row_ptr + n + rows, gl.sum(t1, axis=0), mask=in_rows)
   gl.store(row_ptr + 2 * n + rows, gl.sum(t2, axis=0), mask=in_rows)
@@ -375,7 +406,7 @@ def _all4_fwd_kernel(
     row_ptr,                   # [4, n] fp32: each dim's rows' sums
     col_ptr,                   # [4, 2 n / 128, m] fp32: each dim's columns' sums per
                                # program and consumer group
-    NB: gl.constexpr,
+    NB: gl.constexpr, EARLY: gl.constexpr = False,   # (``_all4_tile``)
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -401,10 +432,10 @@ def _all4_fwd_kernel(
   gl.warp_specialize([
       (_all4_consumer, (x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready,
                         scal_ptr, off_ptr, xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr,
-                        col_ptr, 0, BN, HR, NB)),
+                        col_ptr, 0, BN, HR, NB, EARLY)),
       (_all4_consumer, (x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready,
                         scal_ptr, off_ptr, xt_ptr, n, m, row0, j_lo, ntiles, k0, ndiag, row_ptr,
-                        col_ptr, 1, BN, HR, NB)),
+                        col_ptr, 1, BN, HR, NB, EARLY)),
       (_all4_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                         st_ready, row0, j_lo, ntiles, k0, BN, BK, NB)),
   ], [4, 1], [240, 24])
@@ -415,8 +446,8 @@ def _all4_fwd_kernel(
 
 
 def dims_of(variant):
-  """The dims a variant sums: the three small ones, or with 512 (``all4_fwd``, ``library4``)."""
-  return DIMS4 if variant in ("all4_fwd", "library4") else DIMS
+  """The dims a variant sums: the three small ones, or with 512 (``all4_*``, ``library4``)."""
+  return DIMS4 if variant.startswith("all4") or variant == "library4" else DIMS
 
 
 def column_blocks4(yt, shift):
@@ -459,7 +490,7 @@ def launch(x, y, scale2, xt, yt, variant):
   xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
   yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
   off = jnp.zeros((2,), jnp.int32)
-  if variant == "all4_fwd":
+  if variant.startswith("all4"):
     sd = jt.TensorDescriptor.from_array(column_blocks4(yt, scal[1]), (8, BN),
                                         layout=STATS_LAYOUT)
     rows, cols = _compat.triton_call(
@@ -467,7 +498,8 @@ def launch(x, y, scale2, xt, yt, variant):
         kernel=_all4_fwd_kernel,
         out_shapes=[jax.ShapeDtypeStruct((4, n), f32),
                     jax.ShapeDtypeStruct((4, 2 * -(-n // BM), m), f32)],
-        grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB4)
+        grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB4,
+        EARLY=variant == "all4_fwd_early")
     return rows, jnp.sum(cols, axis=1)
   sd = jt.TensorDescriptor.from_array(column_blocks(yt, jnp.zeros_like(yt), scal[1]), (8, BN),
                                       layout=STATS_LAYOUT)
@@ -528,7 +560,8 @@ def run(a):
 # Without a GPU: compile for sm_90
 
 
-VARIANTS = {v: (lambda d: True,) for v in ("library3", "small3_fwd", "library4", "all4_fwd")}
+VARIANTS = {v: (lambda d: True,)
+            for v in ("library3", "small3_fwd", "library4", "all4_fwd", "all4_fwd_early")}
 
 
 def compile_only(a):
@@ -546,8 +579,9 @@ def compile_only(a):
                f"{STATS_LAYOUT!r}>", scal_ptr="*fp32", off_ptr="*i32", xt_ptr="*fp32",
                n="i32", m="i32", cols_per_split="i32", row_ptr="*fp32", col_ptr="*fp32")
     ptrs = [k for k, v in sig.items() if v.startswith(("*", "tensordesc"))]
-    if variant == "all4_fwd":
-      return compile_sm90(_all4_fwd_kernel, sig, ptrs, dict(NB=NB4), 4, 1), 4, {}
+    if variant.startswith("all4"):
+      return compile_sm90(_all4_fwd_kernel, sig, ptrs,
+                          dict(NB=NB4, EARLY=variant == "all4_fwd_early"), 4, 1), 4, {}
     return compile_sm90(_small_fwd_kernel, sig, ptrs, dict(NT=NT), 4, 1), 4, {}
   compile_rows(a, VARIANTS, build)
 
