@@ -82,19 +82,19 @@ def number(text: str) -> float | None:
 
 
 def raw_rows(path) -> list[dict]:
-  """The launches of a raw page: [{metric: (unit, value)} with "Kernel Name" and "ID"]."""
+  """The launches of a raw page: [{column: (unit, value)}]. The header is the first row
+  naming "Kernel Name" (ncu may print lines before it); a row with that cell empty right
+  after it holds the units; every later row naming a kernel is a launch."""
   rows = list(csv.reader(open(path, newline="")))
-  at = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), None)
+  at = next((i for i, r in enumerate(rows) if "Kernel Name" in r), None)
   if at is None:
     return []
   header = rows[at]
+  name = header.index("Kernel Name")
   nxt = rows[at + 1] if at + 1 < len(rows) else []
-  units = nxt if nxt and not nxt[0].strip() else [""] * len(header)
-  launches = []
-  for r in rows[at + 1:]:
-    if r and r[0].strip().isdigit() and len(r) == len(header):
-      launches.append({h: (u, v) for h, u, v in zip(header, units, r)})
-  return launches
+  units = nxt if len(nxt) == len(header) and not nxt[name].strip() else [""] * len(header)
+  return [{h: (u, v) for h, u, v in zip(header, units, r)} for r in rows[at + 1:]
+          if len(r) == len(header) and r[name].strip()]
 
 
 def opcode(source: str) -> str:

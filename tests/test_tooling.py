@@ -75,12 +75,13 @@ def test_markers_render_from_their_prefix(tmp_path):
 
 
 def test_ncu_summary_keeps_named_metrics_and_shares_samples_by_opcode(tmp_path):
-  # A raw page (a column a metric, a row of units, a row a launch; numbers with thousands
-  # separators) and a SASS page (a header row a launch) as ncu writes them with --csv:
+  # A raw page (a line before the header, a column a metric, a row of units, a row a
+  # launch; numbers with thousands separators) and a SASS page (a header row a launch) as ncu writes them with --csv:
   # the summary keeps KEEP's metrics of each launch and no other, and gives each opcode's
   # share of the launch's sampled warps (a predicate is not part of the opcode).
   stall = "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
   (tmp_path / "p.raw.csv").write_text(
+      '==WARNING== a line ncu may print before the header\n'
       '"ID","Kernel Name","gpu__time_duration.sum","dram__bytes.sum",'
       f'"{stall}","sm__pipe_xu_cycles_active.avg.pct_of_peak_sustained_active"\n'
       '"","","ns","byte","",""\n'
