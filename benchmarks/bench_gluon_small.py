@@ -86,6 +86,11 @@ batches alternate on the tensor cores and one group's epilogue runs under the ot
 wgmmas, if it is their falling into step that leaves the tensor cores idle: 1249
 instructions a tile (396 B of spills); compiled, not yet run. The chain's and rega's
 builds are unchanged by it (the same instructions a tile and spills).
+``small3_wide_chain_bar`` hands each P tile to the group's own wgmma with a barrier alone
+(``gl.barrier()``, which inside a partition becomes that partition's named barrier,
+``bar.sync id, 128``) instead of an mbarrier arrival and wait (a further ``bar.sync`` and
+a try-wait loop), three times a tile: 1193-1201 instructions a tile, 608 B of spills;
+compiled, not yet run.
 
 Checked against float32 jnp at n = m = batch - 37 (rows and columns past the ends: the
 padded rows' t = +inf and the padded columns' b = 0 give them no weight) on the first 512
@@ -717,12 +722,17 @@ def _loads_consumer(x_bar, ready, empty, ntiles, NT: gl.constexpr):
 
 
 @gluon.jit
-def _wide_put(p_smem, k, v, p_bar, phase):
-  """v as P tile k (bf16), written by the whole group before its wgmma reads it."""
+def _wide_put(p_smem, k, v, p_bar, phase, BAR: gl.constexpr = False):
+  """v as P tile k (bf16), written by the whole group before its wgmma reads it: the
+  group's stores fenced for the async proxy, then the group synchronized, by an mbarrier
+  round trip or, BAR, by a barrier alone (within a partition, its own named barrier)."""
   p_smem.index(k).store(v.to(p_smem.dtype))
   fence_async_shared()
-  mbarrier.arrive(p_bar.index(k))
-  mbarrier.wait(p_bar.index(k), phase)
+  if BAR:
+    gl.barrier()
+  else:
+    mbarrier.arrive(p_bar.index(k))
+    mbarrier.wait(p_bar.index(k), phase)
 
 
 @gluon.jit
@@ -749,7 +759,7 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
                p_bar, ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0,
                CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
                EXCL: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr,
-               PP: gl.constexpr):
+               PP: gl.constexpr, BAR: gl.constexpr):
   """Walk position i for this group's rows: the three prefix dots (chunk 0; + chunk 1; +
   chunks 2-3), each dim's c b as its dot completes (dims 0 and 1 parked as bf16 in the
   group's P tiles 0 and 1), then from the largest dim down Q_2 = c^2 b, Q_1 = c^1 b + Q_2
@@ -758,7 +768,7 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``. REGA:
   the Q_k wgmmas take Q_k from registers. PP (``_wide_chain`` only): its four batches of
   wgmmas a tile (chunk 0; chunk 1; chunks 2-3; the Q_k) take turns with the other
-  group's."""
+  group's. BAR: each P tile handed to the group's wgmma by a barrier (``_wide_put``)."""
   a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
   layout: gl.constexpr = zs.type.layout
   gl.static_assert(EARLY == 2 or not PP)
@@ -794,15 +804,15 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
     acc0, acc1, acc2, acc3, q0, q1, q2 = warpgroup_mma_wait(
         num_outstanding=0, deps=(acc0, acc1, acc2, acc3, q0, q1, q2))
   else:
-    _wide_put(p_smem, pt + 2, q, p_bar, i & 1)
+    _wide_put(p_smem, pt + 2, q, p_bar, i & 1, BAR)
     _my_turn(turn, 4 * i + 3, CID, PP)
     acc2 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 2), acc2, is_async=True)
     acc3 = warpgroup_mma(p_smem.index(pt + 2), y_smem.index(4 * slot + 3), acc3, is_async=True)
     q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
-    _wide_put(p_smem, pt + 1, q, p_bar, i & 1)
+    _wide_put(p_smem, pt + 1, q, p_bar, i & 1, BAR)
     acc1 = warpgroup_mma(p_smem.index(pt + 1), y_smem.index(4 * slot + 1), acc1, is_async=True)
     q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
-    _wide_put(p_smem, pt, q, p_bar, i & 1)
+    _wide_put(p_smem, pt, q, p_bar, i & 1, BAR)
     acc0 = warpgroup_mma(p_smem.index(pt), y_smem.index(4 * slot), acc0, is_async=True)
     _pass_turn(turn, CID, PP)
     acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
@@ -896,7 +906,7 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
                    scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
                    dx_ptr, cs_ptr, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
                    NT: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr,
-                   PP: gl.constexpr):
+                   PP: gl.constexpr, BAR: gl.constexpr):
   """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split, the
   tiles holding the program's self pairs first and alone tested; dx's four 64-feature
   segments in four accumulators."""
@@ -916,12 +926,12 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
     acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
         ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT,
-        True, EARLY, REGA, PP)
+        True, EARLY, REGA, PP, BAR)
   for i in range(ndiag, ntiles):
     acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
         i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
         ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT,
-        False, EARLY, REGA, PP)
+        False, EARLY, REGA, PP, BAR)
   in_rows = rows < n   # (the a_k again: not held across the loop)
   a0, a1, a2 = _norms(xt_ptr, rows, in_rows, n)
   out_mult = gl.load(scal_ptr + 1)
@@ -948,7 +958,7 @@ def _wide_kernel(
     dx_ptr,                    # [n, 256]
     cs_ptr,                    # [3 dims, n] fp32
     NT: gl.constexpr, EARLY: gl.constexpr,   # (``_wide_tile``)
-    REGA: gl.constexpr = False, PP: gl.constexpr = False,
+    REGA: gl.constexpr = False, PP: gl.constexpr = False, BAR: gl.constexpr = False,
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -970,10 +980,10 @@ def _wide_kernel(
   gl.warp_specialize([
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
                         scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
-                        ndiag, dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA, PP)),
+                        ndiag, dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA, PP, BAR)),
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
                         scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
-                        ndiag, dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA, PP)),
+                        ndiag, dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA, PP, BAR)),
       (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                          row0, j_lo, ntiles, k0, BN, BK, NT)),
   ], [4, 1], [240, 24])
@@ -1113,7 +1123,8 @@ WIDE = {"small3_wide": dict(NT=NT, EARLY=0),   # ``_wide_kernel``
         "small3_wide_early": dict(NT=NT, EARLY=1),
         "small3_wide_chain": dict(NT=NT, EARLY=2),
         "small3_wide_chain_rega": dict(NT=NT, EARLY=2, REGA=True),
-        "small3_wide_chain_pp": dict(NT=NT, EARLY=2, PP=True)}
+        "small3_wide_chain_pp": dict(NT=NT, EARLY=2, PP=True),
+        "small3_wide_chain_bar": dict(NT=NT, EARLY=2, BAR=True)}
 VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT, *WIDE)}
 
 
