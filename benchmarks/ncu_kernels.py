@@ -50,9 +50,13 @@ SAMPLES = "Warp Stall Sampling (All"   # the SASS page's column of every sampled
 
 
 def ncu_binary() -> str:
-  found = shutil.which("ncu") or sorted(pathlib.Path("/opt/nvidia").glob("nsight-compute*/ncu"))
+  """ncu on PATH, else the newest under /opt/nvidia or /usr/local/cuda*."""
+  found = shutil.which("ncu") or sorted(
+      [*pathlib.Path("/opt/nvidia").glob("nsight-compute*/ncu"),
+       *pathlib.Path("/opt/nvidia").glob("nsight-compute*/*/ncu"),   # (a version's folder)
+       *pathlib.Path("/usr/local").glob("cuda*/bin/ncu")])
   if not found:
-    sys.exit("ncu not found (PATH, /opt/nvidia/nsight-compute*)")
+    sys.exit("ncu not found (PATH, /opt/nvidia/nsight-compute*, /usr/local/cuda*/bin)")
   return str(found if isinstance(found, str) else found[-1])
 
 
