@@ -72,8 +72,8 @@ least 3.1 ms, about 5.5 if its issue and GEMM do not overlap; the per-dim forwar
 of the kernel (not kept): within 2.3e-15 of a dense float64 reference (n = 512, m = 640,
 with row and column offsets). ``all4_fwd``: 202.7 KiB, 108 B of spills, 1095-1122
 instructions a tile (1501-1548 tested; 128 exponentials, 32 wgmmas); for B = 65536 about
-4.4 ms of issue, 5.6 of GEMM and 4.1 of exponentials, against the per-dim forwards'
-17 ms (7.1 + 9.9). A float64 NumPy model of its walk, statistics blocks and masks (not
+4.4 ms of issue, 5.6 of GEMM and 4.1 of exponentials, against the four per-dim
+forwards' 17.9 ms in the profile (7.1 + 10.8; the small three 9.94 here as ``library3``). A float64 NumPy model of its walk, statistics blocks and masks (not
 kept) is within 7.6e-7 of ``reference`` (float32) at n = m = 300. ``all4_fwd_early``:
 544 B of spills, 1189-1223 instructions a tile. Compiled, not yet run.
 """
