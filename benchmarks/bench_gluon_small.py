@@ -1061,17 +1061,23 @@ def launch(x, y, scale2, xt, yt, t, g_r, g_c, variant):
 
 
 def column_blocks(yt, g_c, shift=None):
-  """``small3_tight``'s column statistics, [m / 64 8, 64] fp32 (m padded to whole tiles):
-  per tile of 64 columns, the rows b_0, b_1, b_2, g_c,0 b_0, g_c,1 b_1, g_c,2 b_2, 0, 0
-  (zeros past m: a column with b = 0 adds nothing to a gradient); given the forward's
-  ``shift``, row 6 holds -shift, and -inf past m (its exponentials are then 0)."""
-  m = yt.shape[1]
+  """``small3_tight``'s column statistics (``stat_blocks``): per tile of 64 columns the
+  rows b_0, b_1, b_2, g_c,0 b_0, g_c,1 b_1, g_c,2 b_2, then row 6 and zeros."""
+  return stat_blocks(jnp.concatenate([yt, g_c * yt]), shift)
+
+
+def stat_blocks(lead, shift=None):
+  """Six rows of column statistics [6, m] as TMA blocks, [m / 64 8, 64] fp32 (m padded to
+  whole tiles): per tile of 64 columns the six rows (zeros past m: a column with b = 0
+  adds nothing to a gradient), row 6 (given the forward's ``shift``, -shift, and -inf
+  past m, whose exponentials are then 0; else 0) and a row of zeros."""
+  m = lead.shape[1]
   pad = -m % BN
-  six = jnp.zeros((1, m + pad), yt.dtype)
+  six = jnp.zeros((1, m + pad), lead.dtype)
   if shift is not None:
-    six = jnp.where(jnp.arange(m + pad) < m, -shift, -jnp.inf)[None].astype(yt.dtype)
-  rows = jnp.pad(jnp.concatenate([yt, g_c * yt]), ((0, 0), (0, pad)))
-  rows = jnp.concatenate([rows, six, jnp.zeros((1, m + pad), yt.dtype)])
+    six = jnp.where(jnp.arange(m + pad) < m, -shift, -jnp.inf)[None].astype(lead.dtype)
+  rows = jnp.concatenate([jnp.pad(lead, ((0, 0), (0, pad))), six,
+                          jnp.zeros((1, m + pad), lead.dtype)])
   return rows.reshape(8, -1, BN).transpose(1, 0, 2).reshape(-1, BN)
 
 

@@ -73,9 +73,10 @@ of the kernel (not kept): within 2.3e-15 of a dense float64 reference (n = 512, 
 with row and column offsets). ``all4_fwd``: 202.7 KiB, 108 B of spills, 1095-1122
 instructions a tile (1501-1548 tested; 128 exponentials, 32 wgmmas); for B = 65536 about
 4.4 ms of issue, 5.6 of GEMM and 4.1 of exponentials, against the four per-dim
-forwards' 17.9 ms in the profile (7.1 + 10.8; the small three 9.94 here as ``library3``). A float64 NumPy model of its walk, statistics blocks and masks (not
-kept) is within 7.6e-7 of ``reference`` (float32) at n = m = 300. ``all4_fwd_early``:
-544 B of spills, 1189-1223 instructions a tile. Compiled, not yet run.
+forwards' 17.9 ms in the profile (7.1 + 10.8; the small three 9.94 here as
+``library3``). A float64 NumPy model of its walk, statistics blocks and masks (not kept)
+is within 7.6e-7 of ``reference`` (float32) at n = m = 300. ``all4_fwd_early``: 544 B
+of spills, 1189-1223 instructions a tile. Compiled, not yet run.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ from benchmarks._harness import clip_pairs, time_jax
 from benchmarks.bench_gluon_mrl import CHECK_ROWS, LOG2E
 from benchmarks.bench_gluon_small import (DIMS, NT, RAGGED, STATS_LAYOUT, _tight_barriers,
                                           _tight_producer, _tight_start, _tile_order, _xrows,
-                                          column_blocks, prefixes)
+                                          column_blocks, prefixes, stat_blocks)
 from memeff_jax import _compat
 from memeff_jax.backends.triton import stats_gluon
 from memeff_jax.backends.triton._common import off_diagonal
@@ -372,10 +373,10 @@ def _all4_consumer(x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready
   col_off = gl.load(off_ptr + 1)
   rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(0, layout))
   in_rows = rows < n
-  a_smem = a_all   # rows 4 CID + k: written and read back by the same threads
+  # a_all's rows 4 CID + k: written here, read back each tile by the same threads
   for k in gl.static_range(4):
     a = gl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
-    a_smem.index(4 * CID + k).store(a * scale2)
+    a_all.index(4 * CID + k).store(a * scale2)
   zs = gl.zeros([BN, HR], gl.float32, layout=layout)
   t0, t1, t2, t3 = zs, zs, zs, zs
   P = 2 * gl.num_programs(0)
@@ -383,11 +384,11 @@ def _all4_consumer(x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready
   ndiag = gl.where(row0 + 2 * HR > n, ntiles, ndiag)   # rows past the end: every tile tested
   mbarrier.wait(x_bar, 0)
   for i in range(0, ndiag):
-    t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready,
+    t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_all, x_smem, y_smem, st_rows, ready,
                                 empty, st_ready, zs, n, rows, row_off, col_off, j_lo, ntiles,
                                 k0, m, col_ptr, part, P, CID, BN, HR, NB, True, EARLY)
   for i in range(ndiag, ntiles):
-    t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_smem, x_smem, y_smem, st_rows, ready,
+    t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_all, x_smem, y_smem, st_rows, ready,
                                 empty, st_ready, zs, n, rows, row_off, col_off, j_lo, ntiles,
                                 k0, m, col_ptr, part, P, CID, BN, HR, NB, False, EARLY)
   gl.store(row_ptr + rows, gl.sum(t0, axis=0), mask=in_rows)          # [4 dims, n]
@@ -451,14 +452,9 @@ def dims_of(variant):
 
 
 def column_blocks4(yt, shift):
-  """``all4_fwd``'s column statistics, [m / 64 8, 64] fp32 (m padded to whole tiles): per
-  tile of 64 columns the rows b_0 .. b_3, 0, 0, -shift (-inf past m), 0."""
-  m = yt.shape[1]
-  pad = -m % BN
-  six = jnp.where(jnp.arange(m + pad) < m, -shift, -jnp.inf)[None].astype(yt.dtype)
-  zero = jnp.zeros((1, m + pad), yt.dtype)
-  rows = jnp.concatenate([jnp.pad(yt, ((0, 0), (0, pad))), zero, zero, six, zero])
-  return rows.reshape(8, -1, BN).transpose(1, 0, 2).reshape(-1, BN)
+  """``all4_fwd``'s column statistics (``stat_blocks``): per tile of 64 columns the rows
+  b_0 .. b_3, 0, 0, -shift (-inf past m), 0."""
+  return stat_blocks(jnp.concatenate([yt, jnp.zeros((2, yt.shape[1]), yt.dtype)]), shift)
 
 
 def launch(x, y, scale2, xt, yt, variant):
@@ -489,26 +485,19 @@ def launch(x, y, scale2, xt, yt, variant):
     return jnp.stack(rows), jnp.stack(cols)
   xd = jt.TensorDescriptor.from_array(x, (BM, BK), layout=layout((BM, BK)))
   yd = jt.TensorDescriptor.from_array(y, (BN, BK), layout=layout((BN, BK)))
-  off = jnp.zeros((2,), jnp.int32)
   if variant.startswith("all4"):
-    sd = jt.TensorDescriptor.from_array(column_blocks4(yt, scal[1]), (8, BN),
-                                        layout=STATS_LAYOUT)
-    rows, cols = _compat.triton_call(
-        xd, yd, sd, scal, off, xt.reshape(-1), n, m, -(-m // BN) * BN,
-        kernel=_all4_fwd_kernel,
-        out_shapes=[jax.ShapeDtypeStruct((4, n), f32),
-                    jax.ShapeDtypeStruct((4, 2 * -(-n // BM), m), f32)],
-        grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NB=NB4,
-        EARLY=variant == "all4_fwd_early")
-    return rows, jnp.sum(cols, axis=1)
-  sd = jt.TensorDescriptor.from_array(column_blocks(yt, jnp.zeros_like(yt), scal[1]), (8, BN),
-                                      layout=STATS_LAYOUT)
+    kernel, consts = _all4_fwd_kernel, dict(NB=NB4, EARLY=variant == "all4_fwd_early")
+    blocks = column_blocks4(yt, scal[1])
+  else:
+    kernel, consts = _small_fwd_kernel, dict(NT=NT)
+    blocks = column_blocks(yt, jnp.zeros_like(yt), scal[1])
+  k = len(dims_of(variant))
   rows, cols = _compat.triton_call(
-      xd, yd, sd, scal, off, xt.reshape(-1), n, m, -(-m // BN) * BN,
-      kernel=_small_fwd_kernel,
-      out_shapes=[jax.ShapeDtypeStruct((3, n), f32),
-                  jax.ShapeDtypeStruct((3, 2 * -(-n // BM), m), f32)],
-      grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, NT=NT)
+      xd, yd, jt.TensorDescriptor.from_array(blocks, (8, BN), layout=STATS_LAYOUT), scal,
+      jnp.zeros((2,), jnp.int32), xt.reshape(-1), n, m, -(-m // BN) * BN, kernel=kernel,
+      out_shapes=[jax.ShapeDtypeStruct((k, n), f32),
+                  jax.ShapeDtypeStruct((k, 2 * -(-n // BM), m), f32)],
+      grid=(-(-n // BM), 1), name=f"gluon_{variant}", num_warps=4, num_stages=1, **consts)
   return rows, jnp.sum(cols, axis=1)
 
 
