@@ -86,6 +86,10 @@ batches alternate on the tensor cores and one group's epilogue runs under the ot
 wgmmas, if it is their falling into step that leaves the tensor cores idle: 1249
 instructions a tile (396 B of spills); compiled, not yet run. The chain's and rega's
 builds are unchanged by it (the same instructions a tile and spills).
+``small3_wide_chain_stag`` tests the same suspicion without a wait a batch: group 1's
+first batch waits once for group 0's first to complete (``_lead``), so the groups start
+a batch apart and then run free: 1210 instructions a tile, 616 B of spills; compiled, not
+yet run (the chain and ``_pp`` unchanged by it).
 ``small3_wide_chain_bar`` hands each P tile to the group's own wgmma with a barrier alone
 (``gl.barrier()``, which inside a partition becomes that partition's named barrier,
 ``bar.sync id, 128``) instead of an mbarrier arrival and wait (a further ``bar.sync`` and
@@ -737,21 +741,33 @@ def _wide_put(p_smem, k, v, p_bar, phase, BAR: gl.constexpr = False):
 
 @gluon.jit
 def _my_turn(turn, k, CID: gl.constexpr, PP: gl.constexpr):
-  """PP (FlashAttention-3's ping-pong): group CID's k-th batch of wgmmas waits until the
+  """PP 1 (FlashAttention-3's ping-pong): group CID's k-th batch of wgmmas waits until the
   other group has issued its own k-th (group 0's first batch waits for nothing), so the
-  groups' batches alternate and each group's epilogue runs under the other's wgmmas."""
-  if PP:
+  groups' batches alternate and each group's epilogue runs under the other's wgmmas.
+  PP 2 (a staggered start): group 1's first batch waits until group 0's first has
+  completed (``_lead``); after that neither waits for the other."""
+  if PP == 1:
     if CID == 0:
       mbarrier.wait(turn.index(0), (k - 1) & 1, pred=k > 0)
     else:
       mbarrier.wait(turn.index(1), k & 1)
+  elif PP == 2 and CID == 1:
+    mbarrier.wait(turn.index(1), 0, pred=k == 0)
 
 
 @gluon.jit
 def _pass_turn(turn, CID: gl.constexpr, PP: gl.constexpr):
-  """PP: this group's batch is issued; the other group's turn."""
-  if PP:
+  """PP 1: this group's batch is issued; the other group's turn."""
+  if PP == 1:
     mbarrier.arrive(turn.index(1 - CID))
+
+
+@gluon.jit
+def _lead(turn, k, CID: gl.constexpr, PP: gl.constexpr):
+  """PP 2: group 0's first batch has completed (k = 0): group 1 may start, a batch behind,
+  so that from then on one group's epilogues tend to fall under the other's wgmmas."""
+  if PP == 2 and CID == 0:
+    mbarrier.arrive(turn.index(1), pred=k == 0)
 
 
 @gluon.jit
@@ -766,9 +782,9 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0 into P and onto dx's segments; the ring slot
   freed after the last wgmma. EARLY (``_wide_dots``): 1, chunks 2-3 issued with 0 and 1
   (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``. REGA:
-  the Q_k wgmmas take Q_k from registers. PP (``_wide_chain`` only): its four batches of
-  wgmmas a tile (chunk 0; chunk 1; chunks 2-3; the Q_k) take turns with the other
-  group's. BAR: each P tile handed to the group's wgmma by a barrier (``_wide_put``)."""
+  the Q_k wgmmas take Q_k from registers. PP (``_wide_chain`` only): 1, its four batches
+  of wgmmas a tile (chunk 0; chunk 1; chunks 2-3; the Q_k) take turns with the other
+  group's; 2, group 1 starts a batch behind group 0 (``_my_turn``). BAR: each P tile handed to the group's wgmma by a barrier (``_wide_put``)."""
   a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
   layout: gl.constexpr = zs.type.layout
   gl.static_assert(EARLY == 2 or not PP)
@@ -833,6 +849,7 @@ def _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s, a2s, t0
                     use_acc=False, is_async=True)
   _pass_turn(turn, CID, PP)
   s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  _lead(turn, k, CID, PP)
   u, add0 = _tight_dim(s, st_rows, r0, a0s, t0, g0, keep, 0, BN, EXCL)
   p_smem.index(pt).store(u.to(p_smem.dtype))   # (read back by the same threads)
   _my_turn(turn, k + 1, CID, PP)
@@ -1130,6 +1147,7 @@ WIDE = {"small3_wide": dict(NT=NT, EARLY=0),   # ``_wide_kernel``
         "small3_wide_chain": dict(NT=NT, EARLY=2),
         "small3_wide_chain_rega": dict(NT=NT, EARLY=2, REGA=True),
         "small3_wide_chain_pp": dict(NT=NT, EARLY=2, PP=True),
+        "small3_wide_chain_stag": dict(NT=NT, EARLY=2, PP=2),
         "small3_wide_chain_bar": dict(NT=NT, EARLY=2, BAR=True)}
 VARIANTS = {v: (lambda d: True,) for v in (*FLAGS, *TIGHT, *WIDE)}
 
