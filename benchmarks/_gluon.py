@@ -53,7 +53,8 @@ def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int)
   attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
   target = GPUTarget("cuda", 90, 32)
   backend = triton.compiler.make_backend(target)
-  options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=1))
+  options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=1,
+                                       enable_fp_fusion=_compat.FP_FUSION))
   context = libtriton.ir.context()
   libtriton.ir.load_dialects(context)
   backend.load_dialects(context)

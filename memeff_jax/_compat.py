@@ -45,11 +45,22 @@ def varying_axes(v) -> frozenset:
   return frozenset(getattr(aval, "vma", ()))
 
 
+# FMA contraction, on in every build the tests and benchmarks ran: jax-triton 0.3.x passes
+# it on by default; 0.4 leaves it to Triton, whose default warns in 3.9 and turns it off
+# from 3.10 (TRITON_DEFAULT_FP_FUSION). Pinned, as the compile-only tests pin it.
+FP_FUSION = True
+
+
 @functools.cache
-def _triton_call_kwarg() -> str:
+def _triton_call_kwargs() -> tuple[str, dict]:
+  """jax-triton's name for the output shapes (``out_shape`` in 0.3.x, ``out_type`` in
+  0.4) and its keywords pinning ``FP_FUSION`` (0.4: through ``backend_options``)."""
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   params = inspect.signature(jt.triton_call).parameters
-  return "out_type" if "out_type" in params else "out_shape"  # renamed in jax-triton 0.4
+  out = "out_type" if "out_type" in params else "out_shape"
+  if "backend_options" in params:
+    return out, dict(backend_options={"enable_fp_fusion": FP_FUSION})
+  return out, dict(enable_fp_fusion=FP_FUSION)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +170,8 @@ def is_gluon(kernel) -> bool:
 
 
 def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
-  """``jax_triton.triton_call`` across 0.3.x (``out_shape=``) and 0.4 (``out_type=``).
+  """``jax_triton.triton_call`` across 0.3.x (``out_shape=``) and 0.4 (``out_type=``),
+  FMA contraction on in both (``FP_FUSION``).
 
   Only ints are passed as Python scalars (both versions map them alike); float
   hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors; Gluon
@@ -171,9 +183,9 @@ def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **
     _gluon_compile()
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
   args = [a.descriptor() if isinstance(a, Tiles) else a for a in args]
+  out, options = _triton_call_kwargs()
   return jt.triton_call(*args, kernel=kernel, grid=grid, name=name, num_warps=num_warps,
-                        num_stages=num_stages, **{_triton_call_kwarg(): out_shapes},
-                        **constexprs)
+                        num_stages=num_stages, **{out: out_shapes}, **options, **constexprs)
 
 
 def compiled_warps(binary, num_warps: int) -> int:

@@ -247,6 +247,39 @@ def _fake_jax_triton(monkeypatch, hook: bool = True):
   return tlib
 
 
+def _jt03_call(*args, kernel, out_shape, grid, name="", num_warps=None, num_stages=None,
+               enable_fp_fusion=None, **metaparams):
+  """jax-triton 0.3.1's ``triton_call`` signature (FMA contraction a keyword, True by
+  default there; None here, to see that it was passed)."""
+  return dict(out_shape=out_shape, enable_fp_fusion=enable_fp_fusion, args=args, **metaparams)
+
+
+def _jt04_call(*args, kernel, out_type=None, grid, name="", num_warps=None, num_stages=None,
+               backend_options=None, **kwargs):
+  """jax-triton 0.4.1's (Triton's options, FMA contraction among them, in a mapping)."""
+  return dict(out_type=out_type, backend_options=backend_options, args=args, **kwargs)
+
+
+@pytest.mark.parametrize("call,want", [
+    (_jt03_call, dict(out_shape="shapes", enable_fp_fusion=True)),
+    (_jt04_call, dict(out_type="shapes", backend_options={"enable_fp_fusion": True}))])
+def test_triton_call_pins_fma_contraction_on_both_jax_tritons(monkeypatch, call, want):
+  # Every build tested ran with FMA contraction on: jax-triton 0.3.1 passes it by default,
+  # 0.4.1 leaves it to Triton (which warns in 3.9 and turns it off from 3.10). Through
+  # _compat.triton_call both get it explicitly, with the output shapes under the name
+  # each version takes, and the kernel's constexprs passed on as they are.
+  jt = types.ModuleType("jax_triton")
+  jt.triton_lib, jt.triton_call = types.SimpleNamespace(), call
+  monkeypatch.setitem(sys.modules, "jax_triton", jt)
+  _compat._triton_call_kwargs.cache_clear()
+  try:
+    got = _compat.triton_call(1, 2, kernel=object(), out_shapes="shapes", grid=(1,), name="k",
+                              num_warps=4, num_stages=2, BLOCK=64)
+  finally:
+    _compat._triton_call_kwargs.cache_clear()
+  assert got == dict(want, args=(1, 2), BLOCK=64)
+
+
 @pytest.mark.parametrize("cc,version,hook,interpret,want", [
     ("9.0", "3.9.0", True, False, True),     # an H100 / H200 on pip's stack
     ("10.0", "3.9.0", True, False, False),   # Blackwell: no wgmma

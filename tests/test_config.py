@@ -332,8 +332,7 @@ def _launches(monkeypatch, family, d, dtype, smem_kib):
   jax.clear_caches()   # (a cached trace would launch nothing)
   kw = dict(backend="triton")
   if family == "clip_mrl":   # one block: its own forward and gradient tiles
-    kw.update(matryoshka_dims=(d // 4, d // 2, d), config=dataclasses.replace(
-        launch.TritonBackend().default_config(d, dtype), matryoshka_per_dim=False))
+    kw.update(matryoshka_dims=(d // 4, d // 2, d), matryoshka_per_dim=False)
   fn = {"lit": mj.lit_loss, "siglip": mj.siglip_loss}.get(family, mj.clip_loss)
   step = jax.grad(lambda a, b, t: fn(a, b, temperature=t, **kw), argnums=(0, 1, 2))
   for b in (300, 65536):   # (shapes only) small blocks pair their gradient, large do not

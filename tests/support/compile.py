@@ -9,6 +9,8 @@ import tempfile
 import triton
 from triton.compiler import ASTSource
 
+from memeff_jax import _compat
+
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
 
 
@@ -25,7 +27,8 @@ def compile_kernel(kernel, arg_types, constexprs, warps, stages, target):
            if t.startswith("*")}
   src = ASTSource(kernel, sig, attrs=attrs,
                   constexprs={(names.index(k),): v for k, v in constexprs.items()})
-  return triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=stages))
+  return triton.compile(src, target=target, options=dict(num_warps=warps, num_stages=stages,
+                                                          enable_fp_fusion=_compat.FP_FUSION))
 
 
 def cuobjdump(compiled, flag: str) -> str:
