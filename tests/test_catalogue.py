@@ -224,7 +224,7 @@ def test_qwen3_hessian_with_a_fully_masked_row():
   kw = dict(margin=0.0, use_qq_negatives=True)
   hess = lambda f: jax.jit(jax.hessian(f))(x)
   got = hess(lambda a: mj.qwen3_loss(a, y, backend="blockwise",
-                                     config=KernelConfig(blockwise_tile=2), **kw))
+                                     config=KernelConfig().evolve(blockwise=dict(tile=2)), **kw))
   want = hess(lambda a: reference.qwen3_loss(a, y, **kw))
   assert np.all(np.isfinite(got))
   np.testing.assert_allclose(got, want, atol=2e-5 * float(np.max(np.abs(want))))

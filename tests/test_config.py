@@ -62,17 +62,17 @@ def test_estimate_agrees_with_h200_launches():
   # ("Shared memory requested (262144+ b) exceeds device resources (232448 b)");
   # the shipped (64, 64, 2 stages) gradient and (128, 32, 2 stages) sweep ran.
   base = default_config(512, jnp.bfloat16)
-  failed_bwd = dataclasses.replace(base, bwd_num_stages=3)
-  failed_fwd = dataclasses.replace(base, fwd_tiled=False, fwd_block_m=128, fwd_block_n=64,
-                                   fwd_block_d=512, fwd_num_stages=2)
-  ran_fwd = dataclasses.replace(failed_fwd, fwd_block_n=32)
+  failed_bwd = base.evolve(bwd=dict(num_stages=3))
+  failed_fwd = base.evolve(algorithm=dict(fwd_tiled=False),
+                           fwd=dict(block_m=128, block_n=64, block_d=512, num_stages=2))
+  ran_fwd = failed_fwd.evolve(fwd=dict(block_n=32))
   assert smem_bytes(failed_bwd, 512, 2)[1] > 232448
   assert smem_bytes(failed_fwd, 512, 2)[0] > 232448
   assert smem_bytes(base, 512, 2)[1] <= 232448 and smem_bytes(ran_fwd, 512, 2)[0] <= 232448
   # fit_smem drops the failed gradient's third stage (the shipped tile), and tiles a
   # gradient that no stage count fits.
   assert fit_smem(failed_bwd, 512, 2, 227) == base
-  assert fit_smem(dataclasses.replace(base, bwd_block_m=128), 512, 2, 227).bwd_tiled
+  assert fit_smem(base.evolve(bwd=dict(block_m=128)), 512, 2, 227).bwd_tiled
 
 
 def test_fit_smem_drops_role_tiles_that_do_not_fit():
@@ -108,8 +108,9 @@ def test_tiled_forward_slabs_fit_slab_kib(two_sided, dims, bounded, want_max):
   # and the max partials unless bounded without them) stay within slab_kib, and use at
   # least half of it.
   n, d, kib = 2048, 64, 256
-  cfg = KernelConfig(fwd_tiled=True, fwd_block_m=64, fwd_block_n=64, fwd_block_d=32,
-                     slab_kib=kib, min_slab_rows=1)
+  cfg = KernelConfig().evolve(algorithm=dict(fwd_tiled=True),
+                              fwd=dict(block_m=64, block_n=64, block_d=32),
+                              budgets=dict(slab_kib=kib, min_slab_rows=1))
   x = jnp.zeros((n, d), jnp.bfloat16)
   prefix = None
   if dims is not None:
@@ -130,9 +131,10 @@ def test_tiled_gradient_slabs_fit_slab_kib(kib, rows):
   # as many rows as slab_kib holds (at least one tile): 1 MiB at m = 1024 in bf16 is two
   # whole slabs of 512 rows, and no slab exceeds the budget unless one tile does.
   n, d = 1024, 64
-  cfg = dataclasses.replace(default_config(d, jnp.float32, interpret=True), bwd_tiled=True,
-                            bwd_pair=True, bwd_block_m=64, bwd_block_n=64, bwd_block_d=32,
-                            slab_kib=kib, min_slab_rows=1)
+  cfg = default_config(d, jnp.float32, interpret=True).evolve(
+      algorithm=dict(bwd_tiled=True, bwd_pair=True), bwd=dict(block_m=64, block_n=64,
+                                                              block_d=32),
+      budgets=dict(slab_kib=kib, min_slab_rows=1))
   x = jnp.zeros((n, d), jnp.bfloat16).at[:, 0].set(1.0)
   jaxpr = jax.make_jaxpr(jax.grad(lambda a, b: mj.clip_loss(a, b, backend="interpret",
                                                             config=cfg), argnums=(0, 1)))(x, x)
@@ -191,12 +193,12 @@ def test_paired_config(d, dtype, smem_kib):
   # config keeps its own. Paired in the defaults where the gradient is tiled (16-bit,
   # d_pad > 512) and nowhere else.
   itemsize = jnp.dtype(dtype).itemsize
-  cfg = dataclasses.replace(default_config(d, dtype), bwd_tiled=False, bwd_pair=True)
+  cfg = default_config(d, dtype).evolve(algorithm=dict(bwd_tiled=False, bwd_pair=True))
   got = paired_config(cfg, d, itemsize, smem_kib)
   assert got.bwd_tiled and (got.bwd_block_m, got.bwd_block_n) == (64, 128)
   assert got.bwd_block_d == min(cfg.bwd_block_d, 64 if itemsize < 4 else 32)
   assert smem_bytes(got, d, itemsize)[1] <= ((smem_kib or 227) - 8) * 2**10
-  tiled = dataclasses.replace(cfg, bwd_tiled=True)
+  tiled = cfg.evolve(algorithm=dict(bwd_tiled=True))
   assert paired_config(tiled, d, itemsize, smem_kib) == tiled
   assert default_config(d, dtype).bwd_pair == (itemsize < 4 and d > 512)
   by_size = itemsize < 4 and 256 < d <= 512
@@ -220,7 +222,7 @@ def test_bwd_pair_takes_tiled_gradient_where_both_towers_train(monkeypatch, fami
   # paired tiled gradient, LiT's (one tower) stays FlashAttention-shaped.
   calls = _record_gradient_paths(monkeypatch)
   fn = dict(clip=mj.clip_loss, lit=mj.lit_loss, qwen3=mj.qwen3_loss)[family]
-  cfg = dataclasses.replace(default_config(64, jnp.float32, interpret=True), bwd_pair=True)
+  cfg = default_config(64, jnp.float32, interpret=True).evolve(algorithm=dict(bwd_pair=True))
   x = jnp.zeros((8, 64), jnp.float32).at[:, 0].set(1.0)
   jax.make_jaxpr(jax.grad(lambda a, b: fn(a, b, backend="interpret", config=cfg),
                           argnums=(0, 1)))(x, x)
@@ -236,7 +238,7 @@ def test_tiled_gradient_needs_no_cond(path, conds):
   # pass (each checks the whole block).
   cfg = (default_config(16, jnp.float32, interpret=True) if path == "default" else
          kernel_path_config(path, 16, jnp.float32))
-  cfg = dataclasses.replace(cfg, fwd_tiled=True, fwd_bounded=True)
+  cfg = cfg.evolve(algorithm=dict(fwd_tiled=True, fwd_bounded=True))
   x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
   jaxpr = jax.make_jaxpr(jax.value_and_grad(
       lambda a, b: mj.clip_loss(a, b, backend="interpret", config=cfg), argnums=(0, 1)))(x, y)
@@ -249,8 +251,8 @@ def test_bwd_pair_max_batch_pairs_small_blocks(monkeypatch, m, paired):
   # bwd_pair off, bwd_pair_max_batch = 8: a CLIP block of 8 columns takes the paired
   # tiled gradient, one of 9 a FlashAttention-shaped pass per tower.
   calls = _record_gradient_paths(monkeypatch)
-  cfg = dataclasses.replace(default_config(64, jnp.float32, interpret=True),
-                            bwd_pair_max_batch=8)
+  cfg = default_config(64, jnp.float32, interpret=True).evolve(
+      budgets=dict(bwd_pair_max_batch=8))
   x = jnp.zeros((m, 64), jnp.float32).at[:, 0].set(1.0)
   jax.make_jaxpr(jax.grad(lambda a, b: mj.clip_loss(a, b, backend="interpret", config=cfg),
                           argnums=(0, 1)))(x, x)
@@ -264,7 +266,7 @@ def test_slab_rows_even_out(n, budget_rows, min_rows):
   # The slab height: a multiple of block_m, no taller than the budget (or min_rows),
   # as few slabs as that height allows, and less than one block_m of padding a slab.
   bm, row_bytes = 64, 1024
-  cfg = KernelConfig(slab_kib=budget_rows, min_slab_rows=min_rows)
+  cfg = KernelConfig().evolve(budgets=dict(slab_kib=budget_rows, min_slab_rows=min_rows))
   rows = call.slab_rows(n, bm, row_bytes, cfg, min_rows=min_rows)
   cap = max(budget_rows // bm * bm, -(-min_rows // bm) * bm, bm)
   slabs = -(-n // rows)
@@ -285,8 +287,8 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
       calls.append((k.get("bounded", False), k.get("want_max", True))), real(*a, **k))[1])
   fn = dict(clip=mj.clip_loss, lit=mj.lit_loss, qwen3=mj.qwen3_loss)[family]
   stats_fn = getattr(mj, f"{fn.__name__}_with_stats")
-  cfg = dataclasses.replace(default_config(16, jnp.float32, interpret=True), fwd_tiled=True,
-                            fwd_bounded=True)
+  cfg = default_config(16, jnp.float32, interpret=True).evolve(
+      algorithm=dict(fwd_tiled=True, fwd_bounded=True))
   x, y = jax.random.normal(jax.random.key(0), (2, 40, 16))
   loss = fn(x, y, backend="interpret", config=cfg)
   # (the exact rerun is traced too: lax.cond)

@@ -182,7 +182,8 @@ def test_compiled_memory_bound():
   params["log_scale"] = jax.ShapeDtypeStruct((), jnp.float32)
   batch = {t: jax.ShapeDtypeStruct((n, width), jnp.float32) for t in ("a", "b")}
   embed = lambda p, c, k: {t: towers.mlp(p[t], c[t]) for t in ("a", "b")}
-  loss_fn = towers.loss("clip", config=memeff_jax.KernelConfig(blockwise_tile=128))
+  loss_fn = towers.loss("clip", config=memeff_jax.KernelConfig().evolve(
+      blockwise=dict(tile=128)))
   temp = lambda step: jax.jit(step).lower(params, batch).compile().memory_analysis() \
       .temp_size_in_bytes
   cached = temp(grad_cache(embed, loss_fn, chunk_size=512))

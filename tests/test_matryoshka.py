@@ -6,7 +6,6 @@ The full product (family x option x ladder x backend) is marked ``slow``; a fixe
 sample of it, covering every family, option, ladder and backend, runs by default.
 """
 
-import dataclasses
 import itertools
 
 import jax
@@ -64,7 +63,8 @@ def _ref(ref, dims, weights, **kw):
       lambda *b, **c: ref(*b, **c), *a, dims=dims, weights=weights, **kw, **k)[0]
 
 
-def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None):
+def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None,
+           per_dim=False):
   fam = FAMILIES[family]
   fn, ref, fam_kw = fam.loss, fam.reference_with_stats, fam.options
   d, dims, weights = LADDERS[ladder]
@@ -73,8 +73,8 @@ def _check(family, option, ladder, backend, dtype=jnp.float32, b=21, config=None
   arrays = _arrays(family, b, d, dtype)
   if opts.get("normalized_inputs"):   # unit inputs; every prefix is renormalized anyway
     arrays = [reference.normalize(a) for a in arrays]
-  per_dim = config is not None and config.matryoshka_per_dim
-  compare(_fused(fn, dims, weights, backend=backend, config=config, **fam_kw),
+  kw = dict(matryoshka_per_dim=True) if per_dim else {}
+  compare(_fused(fn, dims, weights, backend=backend, config=config, **kw, **fam_kw),
           (eager_matryoshka if per_dim else _ref)(ref, dims, weights, **fam_kw), arrays,
           temperature=t, dtype=dtype, **opts)
 
@@ -215,7 +215,7 @@ def test_ring(family, n_dev, backend):
     kw.update(backend="interpret", config=kernel_path_config("tiled_paired", d, jnp.float32))
   elif backend.endswith("_per_dim"):
     be = backend.removesuffix("_per_dim")
-    kw.update(backend=be, config=_per_dim_config(be, d))
+    kw.update(backend=be, config=_base_config(be, d), matryoshka_per_dim=True)
   ring = mj.sharded(lambda *a, tau_plus, axis_name: fn(*a, tau_plus=tau_plus,
                                                        axis_name=axis_name, **kw),
                     _mesh(n_dev), "batch")
@@ -260,10 +260,9 @@ def test_matryoshka_weights_scale_linearly():
   np.testing.assert_allclose(f((2.0, 0.0)) + f((0.0, 3.0)), f((2.0, 3.0)), rtol=1e-5)
 
 
-def _per_dim_config(backend, d, dtype=jnp.float32):
-  base = (mj.KernelConfig() if backend == "blockwise" else
+def _base_config(backend, d, dtype=jnp.float32):
+  return (mj.KernelConfig() if backend == "blockwise" else
           mj.default_config(d, dtype, interpret=True))
-  return dataclasses.replace(base, matryoshka_per_dim=True)
 
 
 # One plain block per dim on each dim's renormalized prefixes (the GPU default),
@@ -276,13 +275,14 @@ def _per_dim_config(backend, d, dtype=jnp.float32):
     ("lit", "all", "one", "interpret"), ("lit_qwen3", "tau", "48", "blockwise")],
     lambda i, _: i in (0, 1, 4)))
 def test_per_dim_vs_reference(family, option, ladder, backend):
-  _check(family, option, ladder, backend, config=_per_dim_config(backend, LADDERS[ladder][0]))
+  _check(family, option, ladder, backend, config=_base_config(backend, LADDERS[ladder][0]),
+         per_dim=True)
 
 
 @pytest.mark.parametrize("family", ["clip", "qwen3"])
 def test_per_dim_bf16(family):
   _check(family, "smoothing", "64", "interpret", dtype=jnp.bfloat16, b=40,
-         config=_per_dim_config("interpret", 64, jnp.bfloat16))
+         config=_base_config("interpret", 64, jnp.bfloat16), per_dim=True)
 
 
 def test_per_dim_equals_one_block_with_where_and_stats():
@@ -295,7 +295,7 @@ def test_per_dim_equals_one_block_with_where_and_stats():
   run = lambda per_dim: jax.value_and_grad(
       lambda *a: mj.qwen3_loss_with_stats(
           *a, matryoshka_dims=dims, where=w, matryoshka_weights=weights, backend="blockwise",
-          config=mj.KernelConfig(matryoshka_per_dim=per_dim), tau_plus=0.1, **kw),
+          matryoshka_per_dim=per_dim, tau_plus=0.1, **kw),
       argnums=(0, 1, 2), has_aux=True)(*arrays)
   want, got = run(False), run(True)
   assert got[0][1].matryoshka_losses.shape == (len(dims),)
@@ -309,7 +309,7 @@ def test_per_dim_block_count(per_dim, axis, blocks):
   # matryoshka_per_dim: K kernel blocks (rings with an axis), else one for all dims.
   x, y = features(0, [(8, 48), (8, 48)], jnp.float32)
   kw = dict(matryoshka_dims=LADDERS["48"][1], backend="blockwise",
-            config=mj.KernelConfig(matryoshka_per_dim=per_dim))
+            matryoshka_per_dim=per_dim)
   if axis is None:
     fn = lambda a, b: mj.clip_loss(a, b, **kw)
   else:

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
-from memeff_jax.config import KernelConfig
 from memeff_jax.backends.triton import backend as launch
 from memeff_jax.backends.triton.backward import SHARED_SPAN
 from tests.support.check import kernel_path_config, sampled
@@ -132,6 +131,9 @@ def _lse_span(x, y, t):
 # testing its branch. path: the FlashAttention-shaped gradient (one check for the
 # block), the paired tiled one with one tile for the block (the tile's own check, the
 # same branch), and with 32 x 32 tiles (each tile its own branch).
+# (At t = 0.005 the interpreter's dot meets NaN coefficients in rows 48-63 of the 64-row
+# tile, past the block's 48 rows: lanes the store masks, as the passing check shows.)
+@pytest.mark.filterwarnings("ignore:invalid value encountered in matmul:RuntimeWarning")
 @pytest.mark.parametrize("path", ["default", "paired", "tiled_paired"])
 @pytest.mark.parametrize("cos_lo,cos_hi,t,shared", [(0.4, 0.8, 0.01, True),
                                                     (0.25, 0.8, 0.01, True),
@@ -202,7 +204,7 @@ def test_huge_rows_are_scale_invariant(family, dtype, backend, dims, normalized,
     arrays = [_unit(a) for a in arrays]
   kw = dict(backend=backend, matryoshka_dims=dims, normalized_inputs=normalized)
   if per_dim:
-    kw["config"] = KernelConfig(matryoshka_per_dim=True)
+    kw["matryoshka_per_dim"] = True
   opts = _QWEN3_OPTIONS if family == "qwen3" else {}
   fn = lambda *a: FAMILIES[family].loss(*a, **opts, **kw)
   with jax.enable_x64(dtype == "float64"):
@@ -235,9 +237,9 @@ def test_float16_zero_row_has_finite_gradient(backend, dims, per_dim):
   x, y = (r.standard_normal((6, 24)) for _ in range(2))
   x[2] = 0.0
   big = float(jnp.finfo(jnp.float16).max)
-  cfg = KernelConfig(matryoshka_per_dim=True) if per_dim else None
+  kw = dict(matryoshka_per_dim=True) if per_dim else {}
   grad = lambda dt: np.asarray(jax.jit(jax.grad(lambda a, b: clip_loss(
-      a, b, backend=backend, matryoshka_dims=dims, config=cfg), argnums=(0, 1)))(
+      a, b, backend=backend, matryoshka_dims=dims, **kw), argnums=(0, 1)))(
           jnp.asarray(x, dt), jnp.asarray(y, dt))[0], np.float64)
   g16, g32 = grad(jnp.float16), grad(jnp.float32)
   assert np.all(np.isfinite(g16))

@@ -38,7 +38,7 @@ def _kwargs(directions, partition):
               temperature=1.0 / SCALE, margin=2.0, stable=False, share_hard_negatives=True)
 
 
-def _batch(b, d, k, seed, dtype=jnp.float64):
+def _batch(b, d, k, seed, dtype=jnp.float32):
   keys = jax.random.split(jax.random.key(seed), 3)
   q = jax.random.normal(keys[0], (b, d), dtype)
   doc = q + 0.7 * jax.random.normal(keys[1], (b, d), dtype)
@@ -74,7 +74,7 @@ def _assert_close(got, want, tol):
 def _f64_case(directions, partition, k, backend, **extra):
   kw = dict(_kwargs(directions, partition), **extra)
   with jax.enable_x64(True):
-    q, d, h = _batch(6, 8, k, seed=len(directions) + 3 * k)
+    q, d, h = _batch(6, 8, k, seed=len(directions) + 3 * k, dtype=jnp.float64)
     arrays = [q, d, h] if k else [q, d]
     hard = (lambda a: a[2]) if k else (lambda a: None)
     got = _value_and_grads(lambda *a: mj.qwen3_loss(a[0], a[1], hard(a), backend=backend,
@@ -94,7 +94,7 @@ def test_every_mnrl_configuration_float64(directions, partition, backend, k):
 def test_gte_is_the_four_directions_joint():
   # GTE's improved contrastive loss (sentence-transformers' own spelling of it).
   with jax.enable_x64(True):
-    q, d, _ = _batch(7, 8, 0, seed=5)
+    q, d, _ = _batch(7, 8, 0, seed=5, dtype=jnp.float64)
     got = _value_and_grads(lambda q, d: mj.qwen3_loss(
         q, d, use_qq_negatives=True, use_dq_negatives=True, use_dd_negatives=True,
         temperature=0.01, margin=2.0, stable=False, backend="blockwise"), [q, d])
@@ -188,7 +188,7 @@ def test_mnrl_matryoshka(backend, per_dim):
 def test_shared_negatives_are_mnrl_columns(directions, partition, backend):
   kw = dict(_kwargs(directions, partition), share_hard_negatives=False)
   with jax.enable_x64(True):
-    q, d, h = _batch(6, 8, 2, seed=2)
+    q, d, h = _batch(6, 8, 2, seed=2, dtype=jnp.float64)
     cols = jnp.concatenate([h[:, 0], h[:, 1]])
     got = _value_and_grads(lambda q, d, c: mj.qwen3_loss(q, d, shared_negatives=c,
                                                          backend=backend, **kw), [q, d, cols])
@@ -234,7 +234,7 @@ def test_shared_negatives_every_family(family, backend, n_cols):
         "qwen3_dd": functools.partial(mj.qwen3_loss, use_dd_negatives=True),
         "lit_qwen3": mj.lit_qwen3_loss}[family]
   kw = dict(margin=2.0) if "qwen3" in family else {}
-  x, y, _ = _batch(20, 16, 0, seed=n_cols, dtype=jnp.float32)
+  x, y, _ = _batch(20, 16, 0, seed=n_cols)
   cols = jax.random.normal(jax.random.key(n_cols), (n_cols, 16), jnp.float32)
   v, g = _value_and_grads(lambda x, y, c: fn(x, y, shared_negatives=c, temperature=0.1,
                                              stable=False, backend=backend, **kw), [x, y, cols])
@@ -258,7 +258,7 @@ def test_shared_negatives_every_family(family, backend, n_cols):
 
 def test_shared_negatives_ring_splits_them():
   # sharded splits shared_negatives over the devices by their own rows: global columns.
-  q, d, _ = _batch(16, 8, 0, seed=4, dtype=jnp.float32)
+  q, d, _ = _batch(16, 8, 0, seed=4)
   cols = jax.random.normal(jax.random.key(9), (12, 8), jnp.float32)
   kw = dict(use_dd_negatives=True, use_dq_negatives=True, margin=0.3, temperature=0.1)
   loss = mj.sharded(lambda q, d, shared_negatives, axis_name: mj.qwen3_loss(
@@ -275,7 +275,7 @@ def test_shared_negatives_ring_splits_them():
 
 
 def test_porting_errors():
-  q, d, h = _batch(4, 8, 1, seed=0, dtype=jnp.float32)
+  q, d, h = _batch(4, 8, 1, seed=0)
   with pytest.raises(ValueError, match="per_direction"):
     mj.qwen3_loss(q, d, use_qq_negatives=True, partition="per_direction")
   with pytest.raises(ValueError, match="partition must be"):

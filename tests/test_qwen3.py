@@ -170,10 +170,9 @@ def test_mask_matters():
     ("interpret", True, jnp.bfloat16, (8, 24), True),
 ])
 def test_exact_ties_with_the_positive_are_kept(backend, lit, dtype, dims, per_dim):
-  from memeff_jax.config import KernelConfig
   q, doc, h = with_exact_ties(12, 24, dtype)
   kw = dict(margin=0.0, use_qq_negatives=True, matryoshka_dims=dims)
-  cfg = KernelConfig(matryoshka_per_dim=True) if per_dim else None
+  per = dict(matryoshka_per_dim=True) if per_dim else {}
   fn = lit_qwen3_loss if lit else qwen3_loss
-  compare(lambda *a, **k: fn(*a, backend=backend, config=cfg, **kw, **k),
+  compare(lambda *a, **k: fn(*a, backend=backend, **per, **kw, **k),
           lambda *a, **k: fn(*a, backend="reference", **kw, **k), [q, doc, h], dtype=dtype)
