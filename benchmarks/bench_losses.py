@@ -12,7 +12,6 @@ q-q and d-d; hard negatives are O(B K D)).
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -99,15 +98,16 @@ def _with_ladder(fn, kw, d):
   # (slab_rows), the exact forward (exact).
   if kw.pop("one_block", None):
     kw["matryoshka_per_dim"] = False
-  tune = {}
+  tune = {}   # KernelConfig.evolve's groups
   if kw.pop("exact", None):
-    tune["fwd_bounded"] = False
+    tune["algorithm"] = dict(fwd_bounded=False)
   if (rows := kw.pop("slab_rows", None)):
-    tune.update(bwd_pair=True, min_slab_rows=rows)
+    tune.setdefault("algorithm", {})["bwd_pair"] = True
+    tune["budgets"] = dict(min_slab_rows=rows)
   if tune:
     def tuned(*a, config=None, **k):
       base = config or mj.default_config(d, a[0].dtype)
-      return fn(*a, **k, **kw, config=dataclasses.replace(base, **tune))
+      return fn(*a, **k, **kw, config=base.evolve(**tune))
     return tuned
   if kw.pop("where", None) == "tenth":
     kept = lambda b: jnp.arange(b) < b - b // 10
