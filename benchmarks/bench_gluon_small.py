@@ -78,23 +78,26 @@ is mostly waiting, likely because each group waits on its own wgmmas four times 
 and on three P barriers, with only the other group to fill the gaps.
 ``small3_wide_chain_rega`` takes Q_k into its wgmmas from registers (the A operand's
 layout), with no P store, fence or barrier: 1166 instructions a tile, 46 of them spill
-loads and stores (864 B); compiled, not yet run. ``small3_wide_chain_pp`` orders the
+loads and stores (864 B). ``small3_wide_chain_pp`` orders the
 groups as FlashAttention-3's ping-pong does: each group's four batches of wgmmas a tile
 (chunk 0; chunk 1; chunks 2-3; the Q_k) wait for the other group's batch of the same
 rank to be issued (two mbarriers, ``_my_turn`` / ``_pass_turn``), so the groups'
 batches alternate on the tensor cores and one group's epilogue runs under the other's
 wgmmas, if it is their falling into step that leaves the tensor cores idle: 1249
-instructions a tile (396 B of spills); compiled, not yet run. The chain's and rega's
+instructions a tile (396 B of spills). The chain's and rega's
 builds are unchanged by it (the same instructions a tile and spills).
 ``small3_wide_chain_stag`` tests the same suspicion without a wait a batch: group 1's
 first batch waits once for group 0's first to complete (``_lead``), so the groups start
-a batch apart and then run free: 1210 instructions a tile, 616 B of spills; compiled, not
-yet run (the chain and ``_pp`` unchanged by it).
+a batch apart and then run free: 1210 instructions a tile, 616 B of spills (the chain and
+``_pp`` unchanged by it). Measured on one H100 (2026-12-05, h100_gluon_small.csv, one
+call): the chain 13.95 ms, ``_stag`` 13.77, ``_bar`` 14.01, ``_pp`` 15.77, ``_rega``
+12.47; the hardware counters (h100_ncu_summary.csv) find each group's epilogue waiting
+on its own results, not on the other group.
 ``small3_wide_chain_bar`` hands each P tile to the group's own wgmma with a barrier alone
 (``gl.barrier()``, which inside a partition becomes that partition's named barrier,
 ``bar.sync id, 128``) instead of an mbarrier arrival and wait (a further ``bar.sync`` and
 a try-wait loop), three times a tile: 1193-1201 instructions a tile, 608 B of spills;
-compiled, not yet run.
+timed with the others above.
 
 Checked against float32 jnp at n = m = batch - 37 (rows and columns past the ends: the
 padded rows' t = +inf and the padded columns' b = 0 give them no weight) on the first 512
