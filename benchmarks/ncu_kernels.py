@@ -18,7 +18,11 @@ two (docs/notes/matryoshka.md, "Pipelined across tiles").
 NAME.ncu-rep with two pages of it: NAME.raw.csv (a column a metric, then a row of units,
 then a row a launch) and NAME.sass.csv (a row a SASS instruction with its sampled warps).
 ``summary`` keeps the metrics matching ``KEEP`` from each raw page and adds each launch's
-sampled warps by opcode from its SASS page: one CSV row a (profile, launch, metric); it
+sampled warps by opcode from its SASS page (``sampled:OP``) and their stall reasons
+(``stall:REASON``, the page's ``stall_*`` columns) without the samples on ``NOP``: the
+warps that pad a warp-specialized kernel to whole warp groups idle there in barrier
+stall (a quarter of every Gluon pass's samples, 2026-12-05), which the raw page's
+per-instruction stall ratios count in. One CSV row a (profile, launch, metric); it
 prints a short table a launch and writes NAME.sass_top.txt (the instructions the most
 warps were sampled on).
 """
@@ -109,19 +113,23 @@ def opcode(source: str) -> str:
   return ".".join(words[0].split(".")[:2]) if words else "?"
 
 
-def sass_launches(path) -> list[list[tuple[str, str, float]]]:
-  """A SASS page's instructions, launch by launch: [(address, source, samples)]; a
-  launch starts at each header row (one holding 'Source' and the samples' column)."""
-  out, cols = [], None
+def sass_launches(path) -> list[list[tuple[str, str, float, dict]]]:
+  """A SASS page's instructions, launch by launch: [(address, source, samples, {stall
+  reason: samples})] (the page's ``stall_*`` columns, where it has them); a launch starts
+  at each header row (one holding 'Source' and the samples' column)."""
+  out, cols, reasons = [], None, {}
   for r in csv.reader(open(path, newline="")):
     if "Source" in r and any(c.startswith(SAMPLES) for c in r):
       cols = (r.index("Source"), next(i for i, c in enumerate(r) if c.startswith(SAMPLES)),
               next((i for i, c in enumerate(r) if "Address" in c), None))
+      reasons = {c[len("stall_"):]: i for i, c in enumerate(r)
+                 if c.startswith("stall_") and "(" not in c}
       out.append([])
     elif cols and len(r) > max(c for c in cols if c is not None):
       samples = number(r[cols[1]])
       if samples is not None:
-        out[-1].append(("" if cols[2] is None else r[cols[2]], r[cols[0]], samples))
+        stalls = {k: number(r[i]) or 0.0 for k, i in reasons.items() if i < len(r)}
+        out[-1].append(("" if cols[2] is None else r[cols[2]], r[cols[0]], samples, stalls))
   return out
 
 
@@ -143,18 +151,24 @@ def summarize(folder) -> list[dict]:
           rows.append(dict(profile=name, launch=k, kernel=kernel, metric=metric, unit=unit,
                            value=v))
       if k < len(per_op) and per_op[k]:
-        total = sum(s for _, _, s in per_op[k]) or 1.0
-        by_op = collections.Counter()
-        for _, src, s in per_op[k]:
+        total = sum(s for _, _, s, _ in per_op[k]) or 1.0
+        by_op, working = collections.Counter(), collections.Counter()
+        for _, src, s, stalls in per_op[k]:
           by_op[opcode(src)] += s
+          if opcode(src) != "NOP":   # (warps padding a warp-specialized kernel idle on one)
+            working.update(stalls)
         for op, s in by_op.most_common():
           rows.append(dict(profile=name, launch=k, kernel=kernel, metric=f"sampled:{op}",
                            unit="fraction", value=round(s / total, 5)))
+        busy = sum(working.values()) or 1.0
+        for reason, s in working.most_common():
+          rows.append(dict(profile=name, launch=k, kernel=kernel, metric=f"stall:{reason}",
+                           unit="fraction", value=round(s / busy, 5)))
     with open(raw.with_name(f"{name}.sass_top.txt"), "w") as f:
       for k, instrs in enumerate(per_op):
-        total = sum(s for _, _, s in instrs) or 1.0
+        total = sum(s for _, _, s, _ in instrs) or 1.0
         f.write(f"== launch {k}: {len(instrs)} instructions, {total:.0f} samples\n")
-        for addr, src, s in sorted(instrs, key=lambda t: -t[2])[:40]:
+        for addr, src, s, _ in sorted(instrs, key=lambda t: -t[2])[:40]:
           f.write(f"{s / total:7.2%}  {addr:>8}  {src}\n")
   return rows
 
@@ -177,6 +191,9 @@ def table(rows: list[dict]) -> str:
     stalls = sorted(((STALL.match(x).group(1), v) for x, v in m.items() if STALL.match(x)),
                     key=lambda t: -t[1])[:8]
     lines.append("   stalls (cycles an instr): " + ", ".join(f"{s} {v:.3g}" for s, v in stalls))
+    working = [(x[6:], v) for x, v in m.items() if x.startswith("stall:")][:8]
+    if working:   # the sampled warps' stall reasons, those idle on a NOP left out
+      lines.append("   working warps' samples: " + ", ".join(f"{s} {v:.1%}" for s, v in working))
     pipes = sorted(((x, v) for x, v in m.items()
                     if x.startswith(("sm__pipe_", "sm__inst_executed_pipe_")) and v > 1),
                    key=lambda t: -t[1])

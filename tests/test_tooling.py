@@ -77,8 +77,9 @@ def test_markers_render_from_their_prefix(tmp_path):
 def test_ncu_summary_keeps_named_metrics_and_shares_samples_by_opcode(tmp_path):
   # A raw page (a line before the header, a column a metric, a row of units, a row a
   # launch; numbers with thousands separators) and a SASS page (a header row a launch) as ncu writes them with --csv:
-  # the summary keeps KEEP's metrics of each launch and no other, and gives each opcode's
-  # share of the launch's sampled warps (a predicate is not part of the opcode).
+  # the summary keeps KEEP's metrics of each launch and no other, gives each opcode's
+  # share of the launch's sampled warps (a predicate is not part of the opcode) and the
+  # stall reasons' shares of the samples not on NOP.
   stall = "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
   (tmp_path / "p.raw.csv").write_text(
       '==WARNING== a line ncu may print before the header\n'
@@ -87,15 +88,16 @@ def test_ncu_summary_keeps_named_metrics_and_shares_samples_by_opcode(tmp_path):
       '"","","ns","byte","",""\n'
       '"0","_wide_kernel","14,300,123","5","2.5","40.1"\n'
       '"1","_lse_bwd_kernel","2,000","7","0.5","n/a"\n')
+  head = ('"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling '
+          '(Not-issued Samples)","stall_barrier","stall_wait","stall_barrier (Not Issued)"\n')
   (tmp_path / "p.sass.csv").write_text(
-      '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling '
-      '(Not-issued Samples)"\n'
-      '"0x10","@!P0 MUFU.EX2 R1, R2 ;","30","20"\n'
-      '"0x20","MUFU.EX2 R3, R4 ;","10","5"\n'
-      '"0x30","HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ ;","60","60"\n'
-      '"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling '
-      '(Not-issued Samples)"\n'
-      '"0x10","FFMA R1, R2, R3, R4 ;","1,000","0"\n')
+      head +
+      '"0x10","@!P0 MUFU.EX2 R1, R2 ;","30","20","0","30","0"\n'
+      '"0x20","MUFU.EX2 R3, R4 ;","10","5","2","8","2"\n'
+      '"0x30","HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ ;","60","60","10","50","10"\n'
+      '"0x40","NOP ;","100","100","100","0","100"\n' +
+      head +
+      '"0x10","FFMA R1, R2, R3, R4 ;","1,000","0","0","1,000","0"\n')
   rows = ncu_kernels.summarize(tmp_path)
   got = {(r["launch"], r["metric"]): (r["kernel"], r["unit"], r["value"]) for r in rows}
   assert got[(0, "gpu__time_duration.sum")] == ("_wide_kernel", "ns", 14300123.0)
@@ -103,10 +105,17 @@ def test_ncu_summary_keeps_named_metrics_and_shares_samples_by_opcode(tmp_path):
   assert got[(1, "gpu__time_duration.sum")] == ("_lse_bwd_kernel", "ns", 2000.0)
   assert (0, "dram__bytes.sum") not in got              # not in KEEP
   assert (1, "sm__pipe_xu_cycles_active.avg.pct_of_peak_sustained_active") not in got  # n/a
-  assert got[(0, "sampled:MUFU.EX2")][2] == pytest.approx(0.4)
-  assert got[(0, "sampled:HGMMA.64x64x16")][2] == pytest.approx(0.6)
+  assert got[(0, "sampled:MUFU.EX2")][2] == pytest.approx(0.2)
+  assert got[(0, "sampled:HGMMA.64x64x16")][2] == pytest.approx(0.3)
+  assert got[(0, "sampled:NOP")][2] == pytest.approx(0.5)
   assert got[(1, "sampled:FFMA")][2] == pytest.approx(1.0)
+  # the stall reasons of the samples not on NOP (padding warps idle there), Not Issued
+  # columns aside: barrier 12 and wait 88 of 100
+  assert got[(0, "stall:barrier")][2] == pytest.approx(0.12)
+  assert got[(0, "stall:wait")][2] == pytest.approx(0.88)
+  assert got[(1, "stall:wait")][2] == pytest.approx(1.0)
   top = (tmp_path / "p.sass_top.txt").read_text().splitlines()
-  assert top[0].startswith("== launch 0: 3 instructions, 100 samples")
-  assert "HGMMA" in top[1] and "60.00%" in top[1]
+  assert top[0].startswith("== launch 0: 4 instructions, 200 samples")
+  assert "NOP" in top[1] and "HGMMA" in top[2] and "30.00%" in top[2]
   assert "_wide_kernel" in ncu_kernels.table(rows) and "wait 2.5" in ncu_kernels.table(rows)
+  assert "working warps' samples: wait 88.0%, barrier 12.0%" in ncu_kernels.table(rows)
