@@ -169,26 +169,36 @@ def _xchunk(x_smem, k: gl.constexpr, CID: gl.constexpr, HR: gl.constexpr):
 
 
 @gluon.jit
-def _fwd_consumer(x_smem, y_smem, st_rows, x_bar, ready, empty, scal_ptr, off_ptr, xt_ptr, n,
-                  m, row0, j_lo, ntiles, k0, ndiag, row_ptr, col_ptr, CID: gl.constexpr,
-                  BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr):
-  """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split (see
-  the module docstring); at the end the rows' sums of each dim."""
+def _group_start(scal_ptr, off_ptr, row0, n, ntiles, ndiag, CID: gl.constexpr,
+                 BN: gl.constexpr, HR: gl.constexpr):
+  """A consumer group's opening, shared by ``_fwd_consumer`` and ``_all4_consumer``: the
+  logit scale, the ring blocks' offsets, its rows (and which are in the batch), a zero
+  [BN, HR] terms tile, the column partials' count and this group's part of them, and the
+  tiles to test (all where rows run past n)."""
   layout: gl.constexpr = gl.NVMMADistributedLayout(
       version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HR, 16])
   scale2 = gl.load(scal_ptr)
   row_off = gl.load(off_ptr)
   col_off = gl.load(off_ptr + 1)
   rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(0, layout))
-  in_rows = rows < n
+  zs = gl.zeros([BN, HR], gl.float32, layout=layout)
+  ndiag = gl.where(row0 + 2 * HR > n, ntiles, ndiag)   # rows past the end: every tile tested
+  return (scale2, row_off, col_off, rows, rows < n, zs, 2 * gl.num_programs(0),
+          2 * gl.program_id(0) + CID, ndiag)
+
+
+@gluon.jit
+def _fwd_consumer(x_smem, y_smem, st_rows, x_bar, ready, empty, scal_ptr, off_ptr, xt_ptr, n,
+                  m, row0, j_lo, ntiles, k0, ndiag, row_ptr, col_ptr, CID: gl.constexpr,
+                  BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr):
+  """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split (see
+  the module docstring); at the end the rows' sums of each dim."""
+  scale2, row_off, col_off, rows, in_rows, zs, P, part, ndiag = _group_start(
+      scal_ptr, off_ptr, row0, n, ntiles, ndiag, CID, BN, HR)
   a0s = gl.load(xt_ptr + rows, mask=in_rows, other=0.0) * scale2
   a1s = gl.load(xt_ptr + n + rows, mask=in_rows, other=0.0) * scale2
   a2s = gl.load(xt_ptr + 2 * n + rows, mask=in_rows, other=0.0) * scale2
-  zs = gl.zeros([BN, HR], gl.float32, layout=layout)
   t0, t1, t2 = zs, zs, zs
-  P = 2 * gl.num_programs(0)
-  part = 2 * gl.program_id(0) + CID
-  ndiag = gl.where(row0 + 2 * HR > n, ntiles, ndiag)   # rows past the end: every tile tested
   mbarrier.wait(x_bar, 0)
   for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
     t0, t1, t2 = _fwd_tile(i, t0, t1, t2, a0s, a1s, a2s, x_smem, y_smem, st_rows, ready, empty,
@@ -368,22 +378,13 @@ def _all4_consumer(x_smem, y_smem, st_rows, a_all, x_bar, ready, empty, st_ready
                    EARLY: gl.constexpr):
   """``_fwd_consumer`` for the four dims: rows [row0 + CID HR, + HR) against every tile
   of the split, the tiles holding self pairs (or rows past n) first and alone tested."""
-  layout: gl.constexpr = gl.NVMMADistributedLayout(
-      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HR, 16])
-  scale2 = gl.load(scal_ptr)
-  row_off = gl.load(off_ptr)
-  col_off = gl.load(off_ptr + 1)
-  rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(0, layout))
-  in_rows = rows < n
+  scale2, row_off, col_off, rows, in_rows, zs, P, part, ndiag = _group_start(
+      scal_ptr, off_ptr, row0, n, ntiles, ndiag, CID, BN, HR)
   # a_all's rows 4 CID + k: written here, read back each tile by the same threads
   for k in gl.static_range(4):
     a = gl.load(xt_ptr + k * n + rows, mask=in_rows, other=0.0)
     a_all.index(4 * CID + k).store(a * scale2)
-  zs = gl.zeros([BN, HR], gl.float32, layout=layout)
   t0, t1, t2, t3 = zs, zs, zs, zs
-  P = 2 * gl.num_programs(0)
-  part = 2 * gl.program_id(0) + CID
-  ndiag = gl.where(row0 + 2 * HR > n, ntiles, ndiag)   # rows past the end: every tile tested
   mbarrier.wait(x_bar, 0)
   for i in range(0, ndiag):
     t0, t1, t2, t3 = _all4_tile(i, t0, t1, t2, t3, a_all, x_smem, y_smem, st_rows, ready,

@@ -154,8 +154,9 @@ def summarize(folder) -> list[dict]:
         total = sum(s for _, _, s, _ in per_op[k]) or 1.0
         by_op, working = collections.Counter(), collections.Counter()
         for _, src, s, stalls in per_op[k]:
-          by_op[opcode(src)] += s
-          if opcode(src) != "NOP":   # (warps padding a warp-specialized kernel idle on one)
+          op = opcode(src)
+          by_op[op] += s
+          if op != "NOP":   # (warps padding a warp-specialized kernel idle on one)
             working.update(stalls)
         for op, s in by_op.most_common():
           rows.append(dict(profile=name, launch=k, kernel=kernel, metric=f"sampled:{op}",
