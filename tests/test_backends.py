@@ -27,6 +27,7 @@ from memeff_jax.backends.reference import ReferenceBackend
 from memeff_jax.backends.triton import backend as triton_backend
 from memeff_jax.config import (Algorithm, BlockwiseOptions, Budgets, BwdTiles, FwdTiles,
                                KernelConfig, default_config)
+from tests.support import walk
 
 # Every backend object: the registry's (interpret stands for the Triton family on
 # CPU) and the unguarded Triton class.
@@ -474,3 +475,31 @@ def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
       monkeypatch, fam, arrays, w,
       lambda *a, **k: fam.reference_with_stats(*[v[w] for v in a], **fam.options, **k)[0],
       names, backend="interpret", cfg=cfg, t=t, dtype=dtype, rerun=t < 0.01)
+
+
+@pytest.mark.parametrize("block_m,block_n", [(16, 32), (32, 16), (64, 64), (128, 64)])
+def test_self_tiles_are_the_tiles_holding_self_pairs(block_m, block_n):
+  # The Triton gradient walks [d0, d1) with the self pairs' test and the rest of the
+  # split without it (grad_bwd, d <= 128): a tile with a self pair outside [d0, d1)
+  # would keep its pair, and one inside it without any only costs the test. The walks:
+  # the diagonal before, at the start of, inside, at the end of and past a split, ragged
+  # ends, ring offsets either way.
+  rng = np.random.default_rng(block_m * 1000 + block_n)
+  cases = []
+  for _ in range(160):
+    m = int(rng.integers(1, 12 * block_n))
+    cps = block_n * int(rng.integers(1, 8))
+    j_lo = cps * int(rng.integers(0, -(-m // cps)))
+    j_hi = min(m, j_lo + cps)
+    row0 = block_m * int(rng.integers(0, 8))
+    row_off, col_off = (int(v) for v in rng.integers(-4 * block_n, 4 * block_n, 2))
+    if rng.random() < 0.3:   # the diagonal at a tile's edge
+      col_off = row0 + row_off - j_lo - block_n * int(rng.integers(-2, 4))
+    cases.append((row0, j_lo, j_hi, row_off, col_off))
+  d0, d1 = walk.self_tiles_on(np.array(cases), block_m, block_n, interpret=True)
+  for case, a, b in zip(cases, d0, d1):
+    want = walk.tested_tiles(*case, block_m, block_n)
+    got = list(range(case[1], case[2], block_n))
+    got = [j0 for j0 in got if a <= j0 < b]
+    assert got == want, (case, a, b)
+    assert case[1] <= a <= b and (b - case[1]) % block_n == 0, (case, a, b)

@@ -74,6 +74,21 @@ def on_diagonal(row0, col0, row_off, col_off, BLOCK_M: tl.constexpr, BLOCK_N: tl
 
 
 @triton.jit
+def self_tiles(row0, j_lo, j_hi, row_off, col_off, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+  """[d0, d1): the column tiles j_lo + k BLOCK_N of [j_lo, j_hi) that ``on_diagonal``
+  finds holding self pairs of the rows [row0, row0 + BLOCK_M) (none: d0 = d1), so that
+  a loop over the others skips the test."""
+  ntiles = (j_hi - j_lo + BLOCK_N - 1) // BLOCK_N
+  diag = row0 + row_off - col_off   # the local column of row0's self pair
+  u = diag - BLOCK_N - j_lo         # tile k holds one where k BLOCK_N > u ...
+  k0 = tl.minimum(tl.where(u < 0, 0, u // BLOCK_N + 1), ntiles)
+  v = diag + BLOCK_M - j_lo         # ... and k BLOCK_N < v
+  k1 = tl.maximum(k0, tl.minimum(tl.where(v <= 0, 0, (v + BLOCK_N - 1) // BLOCK_N), ntiles))
+  return j_lo + k0 * BLOCK_N, j_lo + k1 * BLOCK_N
+
+
+@triton.jit
 def off_diagonal(rows, cols, row_off, col_off):
   """[rows, cols] mask: global row index != global column index."""
   return (rows + row_off)[:, None] != (cols + col_off)[None, :]

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from memeff_jax.backends.triton._common import (coefficient, col_stats, drop_pairs, load_bias,
-                                                load_tile, logits, row_stats,
+                                                load_tile, logits, row_stats, self_tiles,
                                                 sigmoid_softplus, similarity, tile_origin,
                                                 tile_similarity)
 
@@ -83,6 +83,13 @@ def _lse_bwd_kernel(
   step on Triton 3.6 7 ms at d = 512, B = 65536: 28.8 against 21.8; h200_fwd_row_grad.csv
   runs 5-6).
 
+  EXCLUDE_SELF at D <= 128: only the one or two tiles holding self pairs test for them
+  (``_common.self_tiles``); the test otherwise sits in every tile (the compiler
+  predicates ``drop_pairs``' branch), 15-31% of a tile's instructions there. B = 65536,
+  fwd+bwd, bf16, one H100: CLIP 8.95 -> 8.13 ms at d = 64, Qwen3 12.94 -> 9.63 at 128
+  on Triton 3.9; 9.69 -> 8.92, 13.59 -> 11.97 on 3.6 (benchmarks/NOTES.md, 2026-12-05).
+  Past 128 the split's two loop bodies spill more than the test costs.
+
   TMA (one feature chunk, the column tile reused, no prefix tables): x_ptr and y_ptr
   are tensor descriptors of [BLOCK_M, BLOCK_D] and [BLOCK_N, BLOCK_D] tiles, loaded
   by the copy engine (no address registers).
@@ -123,27 +130,39 @@ def _lse_bwd_kernel(
     cs = tl.zeros([BLOCK_M], dtype=tl.float32)
     c1 = tl.zeros([BLOCK_M], dtype=tl.float32)
     s_max = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
-    for j0 in range(j_lo, j_hi, BLOCK_N):
-      s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D,
-                          NUM_D, PRECISION, TMA)
-      cols = j0 + tl.arange(0, BLOCK_N)
-      lse_c, g_c, thr_c = col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL, COL_THR,
-                                    SHARED, SIGMOID)
-      coef = coefficient(s, scale2, row0, j0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
-                         thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
-                         HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED,
-                         SIGMOID=SIGMOID, sbias=sbias)
-      if WANT_CS:
-        cs += tl.sum(coef * s, 1)
-      if SIGMOID or WANT_SUM:
-        c1 += tl.sum(coef, 1)
-      if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0)
-        s_max = tl.maximum(s_max, tl.max(tl.where(coef > 0.0, s, float("-inf")), 1))
-      if REUSE_Y:
-        y_o = y_t
-      else:
-        y_o = load_tile(y_ptr, j0, m, pid_o, D, BLOCK_N, BLOCK_DO)
-      acc = tl.dot(coef.to(y_o.dtype), y_o, acc, input_precision=PRECISION)
+    if EXCLUDE_SELF and D <= 128:
+      # The self pairs' test leaves the loop body: [j_lo, d0) and [d1, j_hi) in one
+      # untested body (an outer loop of two), the tiles holding self pairs, [d0, d1),
+      # tested between them; the walk's order is the single loop's, so the sums are too.
+      d0, d1 = self_tiles(row0, j_lo, j_hi, row_off, col_off, BLOCK_M, BLOCK_N)
+      lo = j_lo
+      hi = d0
+      for part in range(2):
+        for j0 in range(lo, hi, BLOCK_N):
+          acc, cs, c1, s_max = _rows_tile(
+              acc, cs, c1, s_max, x_t, x_ptr, y_ptr, j0, row0, rows, n, m, pid_o, scale2,
+              sbias, row_off, col_off, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr, thr_c_ptr,
+              xb_ptr, yb_ptr, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D, BLOCK_DO, REUSE_Y, HAS_ROW,
+              HAS_COL, ROW_THR, COL_THR, False, WANT_CS, PRECISION, HAS_MASK, SHARED, SIGMOID,
+              TMA, WANT_SUM, WANT_MAX)
+        if part == 0:
+          for j0 in range(d0, d1, BLOCK_N):
+            acc, cs, c1, s_max = _rows_tile(
+                acc, cs, c1, s_max, x_t, x_ptr, y_ptr, j0, row0, rows, n, m, pid_o, scale2,
+                sbias, row_off, col_off, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr, thr_c_ptr,
+                xb_ptr, yb_ptr, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D, BLOCK_DO, REUSE_Y,
+                HAS_ROW, HAS_COL, ROW_THR, COL_THR, True, WANT_CS, PRECISION, HAS_MASK, SHARED,
+                SIGMOID, TMA, WANT_SUM, WANT_MAX)
+        lo = d1
+        hi = j_hi
+    else:
+      for j0 in range(j_lo, j_hi, BLOCK_N):
+        acc, cs, c1, s_max = _rows_tile(
+            acc, cs, c1, s_max, x_t, x_ptr, y_ptr, j0, row0, rows, n, m, pid_o, scale2, sbias,
+            row_off, col_off, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr, yb_ptr,
+            D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D, BLOCK_DO, REUSE_Y, HAS_ROW, HAS_COL, ROW_THR,
+            COL_THR, EXCLUDE_SELF, WANT_CS, PRECISION, HAS_MASK, SHARED, SIGMOID, TMA,
+            WANT_SUM, WANT_MAX)
     dx = acc * out_mult
     if SCALED:
       big = c1 * out_mult * tl.load(scal_ptr + 4)
@@ -165,6 +184,42 @@ def _lse_bwd_kernel(
     if WANT_MAX:
       if pid_o == 0:
         tl.store(max_ptr + pid_s.to(tl.int64) * n + rows, s_max, mask=in_rows)
+
+
+@triton.jit
+def _rows_tile(acc, cs, c1, s_max, x_t, x_ptr, y_ptr, j0, row0, rows, n, m, pid_o, scale2,
+               sbias, row_off, col_off, lse_r, g_r, thr_r, lse_c_ptr, g_c_ptr, thr_c_ptr,
+               xb_ptr, yb_ptr, D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_D: tl.constexpr, NUM_D: tl.constexpr, BLOCK_DO: tl.constexpr,
+               REUSE_Y: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
+               ROW_THR: tl.constexpr, COL_THR: tl.constexpr, EXCLUDE_SELF: tl.constexpr,
+               WANT_CS: tl.constexpr, PRECISION: tl.constexpr, HAS_MASK: tl.constexpr,
+               SHARED: tl.constexpr, SIGMOID: tl.constexpr, TMA: tl.constexpr,
+               WANT_SUM: tl.constexpr, WANT_MAX: tl.constexpr):
+  """One column tile (columns j0 + arange(BLOCK_N)) of ``_lse_bwd_kernel``'s loop:
+  its coefficients into the rows' gradient and sums. EXCLUDE_SELF: the self pairs'
+  test (on tiles holding them)."""
+  s, y_t = similarity(x_t, x_ptr, y_ptr, row0, j0, n, m, D, BLOCK_M, BLOCK_N, BLOCK_D, NUM_D,
+                      PRECISION, TMA)
+  cols = j0 + tl.arange(0, BLOCK_N)
+  lse_c, g_c, thr_c = col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL, COL_THR,
+                                SHARED, SIGMOID)
+  coef = coefficient(s, scale2, row0, j0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
+                     thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BLOCK_M, BLOCK_N, HAS_ROW,
+                     HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED,
+                     SIGMOID=SIGMOID, sbias=sbias)
+  if WANT_CS:
+    cs += tl.sum(coef * s, 1)
+  if SIGMOID or WANT_SUM:
+    c1 += tl.sum(coef, 1)
+  if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0)
+    s_max = tl.maximum(s_max, tl.max(tl.where(coef > 0.0, s, float("-inf")), 1))
+  if REUSE_Y:
+    y_o = y_t
+  else:
+    y_o = load_tile(y_ptr, j0, m, pid_o, D, BLOCK_N, BLOCK_DO)
+  acc = tl.dot(coef.to(y_o.dtype), y_o, acc, input_precision=PRECISION)
+  return acc, cs, c1, s_max
 
 
 @triton.jit
