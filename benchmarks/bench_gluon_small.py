@@ -99,6 +99,24 @@ on its own results, not on the other group.
 a try-wait loop), three times a tile: 1193-1201 instructions a tile, 608 B of spills;
 timed with the others above.
 
+The counters leave ``_rega`` one lever: within a group every wgmma is waited for before
+the epilogue that reads it, and each epilogue before the next chunk's wgmma, so a group
+alternates between the two. Three attempts to overlap them inside a group:
+``small3_wide_chain_rega_rw`` frees Q_2's registers once its wgmmas are done (824 B of
+spills against 864, 1162 instructions a tile); ``_rega_nx`` issues the next tile's chunk 0
+ahead of this tile's Q_k wgmmas (1592 B, 1236; ``_rega_nxrw`` both, 1780 B, 1280);
+``small3_wide_halves`` (``_halves_tile``) splits each tile's S into two [64, 32]
+accumulators (the registers of one) and walks the two halves a dim apart, so one half's
+epilogue runs under the other half's wgmmas, with Q_2 of the first half issued before the
+second half's dim-2 epilogue and the Q_k wgmmas at K = 32 (1324 instructions a tile, 48
+wgmmas of which 32 are 64 x 32, 1016 B; ``_halves_rw`` 956 B, 1321). Its 158 extra
+instructions are mostly the wgmma descriptors, built in vector registers (60 R2UR).
+Measured on one H100 (2026-12-05, run 2 of h100_gluon_small.csv, one call): ``_rega``
+12.66 ms, ``_rega_rw`` 12.76, ``_rega_nx`` 15.47, ``_halves`` 15.19, ``_halves_rw`` 15.16,
+the chain 14.14: none gains. Freeing Q_2 early changes nothing; the early chunk 0 (its
+spills doubled) and the halves (16 more wgmmas and three more waits a tile) lose 20-22%,
+likely more than the overlap they buy.
+
 Checked against float32 jnp at n = m = batch - 37 (rows and columns past the ends: the
 padded rows' t = +inf and the padded columns' b = 0 give them no weight) on the first 512
 rows (dx's error over max |dx|, cs's likewise; wrong over 2e-2 or NaN) at a logit scale
@@ -774,11 +792,11 @@ def _lead(turn, k, CID: gl.constexpr, PP: gl.constexpr):
 
 
 @gluon.jit
-def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+def _wide_tile(i, s0, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
                p_bar, ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0,
                CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
                EXCL: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr,
-               PP: gl.constexpr, BAR: gl.constexpr):
+               PP: gl.constexpr, BAR: gl.constexpr, RW: gl.constexpr, NX: gl.constexpr):
   """Walk position i for this group's rows: the three prefix dots (chunk 0; + chunk 1; +
   chunks 2-3), each dim's c b as its dot completes (dims 0 and 1 parked as bf16 in the
   group's P tiles 0 and 1), then from the largest dim down Q_2 = c^2 b, Q_1 = c^1 b + Q_2
@@ -787,7 +805,12 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   (three S accumulators in flight); 0, after dim 0's epilogue; 2, ``_wide_chain``. REGA:
   the Q_k wgmmas take Q_k from registers. PP (``_wide_chain`` only): 1, its four batches
   of wgmmas a tile (chunk 0; chunk 1; chunks 2-3; the Q_k) take turns with the other
-  group's; 2, group 1 starts a batch behind group 0 (``_my_turn``). BAR: each P tile handed to the group's wgmma by a barrier (``_wide_put``)."""
+  group's; 2, group 1 starts a batch behind group 0 (``_my_turn``). BAR: each P tile
+  handed to the group's wgmma by a barrier (``_wide_put``). With REGA: RW, Q_2 released
+  once its two wgmmas are done (waited for after Q_1's are issued, before Q_0 is formed:
+  16 registers fewer from then on); NX, the next tile's chunk 0 issued ahead of this
+  tile's Q_k wgmmas (into S, free once Q_2 is formed) and returned waited for, so that
+  the next tile starts on its S (s0) and no chunk-0 wgmma is waited for alone."""
   a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
   layout: gl.constexpr = zs.type.layout
   gl.static_assert(EARLY == 2 or not PP)
@@ -798,11 +821,13 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   if EXCL:
     cols = j_lo + ((k0 + i) % ntiles) * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
     keep = off_diagonal(rows, cols, row_off, col_off)
-  mbarrier.wait(ready.index(slot), (i // NT) & 1)
+  gl.static_assert(REGA or not (RW or NX))
+  if not NX:   # (NX: waited for when s0's wgmma was issued)
+    mbarrier.wait(ready.index(slot), (i // NT) & 1)
   if EARLY == 2:   # one accumulator, each dim's epilogue between its chunks
     q, add0, add1, add2 = _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
-                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, turn, 4 * i, CID,
-                                      BN, HR, EXCL, PP)
+                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, turn, 4 * i, s0,
+                                      CID, BN, HR, EXCL, PP, NX)
   else:
     q, add0, add1, add2 = _wide_dots(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s,
                                      a2s, t0, t1, t2, g0, g1, g2, keep, zs, CID, BN, HR, EXCL,
@@ -810,18 +835,29 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
   if REGA:   # Q from registers: no P store, fence or barrier
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=layout, k_width=2)
     q2 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
+    if NX:   # the next tile's chunk 0 (past the split's end: the producer's extra tile)
+      nslot = (i + 1) % NT
+      mbarrier.wait(ready.index(nslot), ((i + 1) // NT) & 1)
+      s0 = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, nslot, 0, 0, BN), zs,
+                         use_acc=False, is_async=True)
     _my_turn(turn, 4 * i + 3, CID, PP)
     acc2 = warpgroup_mma(q2, y_smem.index(4 * slot + 2), acc2, is_async=True)
     acc3 = warpgroup_mma(q2, y_smem.index(4 * slot + 3), acc3, is_async=True)
     q = p_smem.index(pt + 1).load(layout).to(gl.float32) + q * gl.expand_dims(r21, 1)
     q1 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
     acc1 = warpgroup_mma(q1, y_smem.index(4 * slot + 1), acc1, is_async=True)
+    if RW:   # Q_2's wgmmas (and any chunk before them) done: q2 free
+      acc2, acc3, q2 = warpgroup_mma_wait(num_outstanding=1, deps=(acc2, acc3, q2))
     q = p_smem.index(pt).load(layout).to(gl.float32) + q * gl.expand_dims(r10, 1)
     q0 = gl.convert_layout(q.to(p_smem.dtype), a_layout)
     acc0 = warpgroup_mma(q0, y_smem.index(4 * slot), acc0, is_async=True)
     _pass_turn(turn, CID, PP)
-    acc0, acc1, acc2, acc3, q0, q1, q2 = warpgroup_mma_wait(
-        num_outstanding=0, deps=(acc0, acc1, acc2, acc3, q0, q1, q2))
+    if NX:
+      s0, acc0, acc1, acc2, acc3, q0, q1, q2 = warpgroup_mma_wait(
+          num_outstanding=0, deps=(s0, acc0, acc1, acc2, acc3, q0, q1, q2))
+    else:
+      acc0, acc1, acc2, acc3, q0, q1, q2 = warpgroup_mma_wait(
+          num_outstanding=0, deps=(acc0, acc1, acc2, acc3, q0, q1, q2))
   else:
     _wide_put(p_smem, pt + 2, q, p_bar, i & 1, BAR)
     _my_turn(turn, 4 * i + 3, CID, PP)
@@ -837,22 +873,122 @@ def _wide_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows
     acc0, acc1, acc2, acc3 = warpgroup_mma_wait(num_outstanding=0,
                                                 deps=(acc0, acc1, acc2, acc3))
   mbarrier.arrive(empty.index(slot))   # this group is done with the tile
+  return s0, acc0, acc1, acc2, acc3, cs0 + add0, cs1 + add1, cs2 + add2
+
+
+@gluon.jit
+def _halves_tile(i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+                 ready, empty, zh, rs, rows, row_off, col_off, j_lo, ntiles, k0,
+                 CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr, NT: gl.constexpr,
+                 EXCL: gl.constexpr, RW: gl.constexpr):
+  """``_wide_tile``'s chain and Q_k from registers (REGA) on the tile's two column halves,
+  each in an accumulator of its own ([HR, BN / 2]: the registers of one [HR, BN] S), so
+  that one half's epilogue runs while the other half's wgmma does: chunk 0 of both halves
+  issued, then for each dim half A's epilogue (its next chunks issued after it) under
+  half B's wgmmas and half B's under half A's next; Q_2 of half A issued before half B's
+  dim-2 epilogue. The Q_k wgmmas take K = BN / 2 (the half's columns). RW: the Q_2
+  operands released once their wgmmas are done (waited for before the Q_0 are formed)."""
+  HALF: gl.constexpr = BN // 2
+  a0s, a1s, a2s, t0, t1, t2, g0, g1, g2, r21, r10 = rs
+  layout: gl.constexpr = zh.type.layout
+  acc_layout: gl.constexpr = acc0.type.layout
+  a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+  slot = i % NT
+  r0 = 8 * (i % 4)
+  pt = 3 * CID
+  ka = 0
+  kb = 0
+  if EXCL:
+    cols = j_lo + ((k0 + i) % ntiles) * BN + gl.arange(0, HALF, layout=gl.SliceLayout(0, layout))
+    ka = off_diagonal(rows, cols, row_off, col_off)
+    kb = off_diagonal(rows, cols + HALF, row_off, col_off)
+  mbarrier.wait(ready.index(slot), (i // NT) & 1)
+  x0 = _xrows(x_smem, 0, CID, HR)
+  sa = warpgroup_mma(x0, _ychunk(y_smem, slot, 0, 0, HALF), zh, use_acc=False, is_async=True)
+  sb = warpgroup_mma(x0, _ychunk(y_smem, slot, 0, 1, HALF), zh, use_acc=False, is_async=True)
+  # dim 0
+  sa = warpgroup_mma_wait(num_outstanding=1, deps=(sa,))
+  u, add0 = _tight_dim(sa, st_rows, r0, a0s, t0, g0, ka, 0, HALF, EXCL)
+  p_smem.index(pt).slice(0, HALF, dim=1).store(u.to(p_smem.dtype))
+  x1 = _xrows(x_smem, 1, CID, HR)
+  sa = warpgroup_mma(x1, _ychunk(y_smem, slot, 1, 0, HALF), sa, is_async=True)
+  sb = warpgroup_mma_wait(num_outstanding=1, deps=(sb,))
+  u, add = _tight_dim(sb, st_rows, r0, a0s, t0, g0, kb, 1, HALF, EXCL)
+  add0 += add
+  p_smem.index(pt).slice(HALF, HALF, dim=1).store(u.to(p_smem.dtype))
+  sb = warpgroup_mma(x1, _ychunk(y_smem, slot, 1, 1, HALF), sb, is_async=True)
+  # dim 1
+  sa = warpgroup_mma_wait(num_outstanding=1, deps=(sa,))
+  u, add1 = _tight_dim(sa, st_rows, r0 + 1, a1s, t1, g1, ka, 0, HALF, EXCL)
+  p_smem.index(pt + 1).slice(0, HALF, dim=1).store(u.to(p_smem.dtype))
+  x2 = _xrows(x_smem, 2, CID, HR)
+  x3 = _xrows(x_smem, 3, CID, HR)
+  sa = warpgroup_mma(x2, _ychunk(y_smem, slot, 2, 0, HALF), sa, is_async=True)
+  sa = warpgroup_mma(x3, _ychunk(y_smem, slot, 3, 0, HALF), sa, is_async=True)
+  sb = warpgroup_mma_wait(num_outstanding=2, deps=(sb,))
+  u, add = _tight_dim(sb, st_rows, r0 + 1, a1s, t1, g1, kb, 1, HALF, EXCL)
+  add1 += add
+  p_smem.index(pt + 1).slice(HALF, HALF, dim=1).store(u.to(p_smem.dtype))
+  sb = warpgroup_mma(x2, _ychunk(y_smem, slot, 2, 1, HALF), sb, is_async=True)
+  sb = warpgroup_mma(x3, _ychunk(y_smem, slot, 3, 1, HALF), sb, is_async=True)
+  # dim 2, and Q_2 of each half as soon as it is formed
+  sa = warpgroup_mma_wait(num_outstanding=2, deps=(sa,))
+  qa, add2 = _tight_dim(sa, st_rows, r0 + 2, a2s, t2, g2, ka, 0, HALF, EXCL)
+  qa2 = gl.convert_layout(qa.to(p_smem.dtype), a_layout)
+  acc2 = warpgroup_mma(qa2, y_smem.index(4 * slot + 2).slice(0, HALF, dim=0), acc2,
+                       is_async=True)
+  acc3 = warpgroup_mma(qa2, y_smem.index(4 * slot + 3).slice(0, HALF, dim=0), acc3,
+                       is_async=True)
+  sb = warpgroup_mma_wait(num_outstanding=2, deps=(sb,))
+  qb, add = _tight_dim(sb, st_rows, r0 + 2, a2s, t2, g2, kb, 1, HALF, EXCL)
+  add2 += add
+  qb2 = gl.convert_layout(qb.to(p_smem.dtype), a_layout)
+  acc2 = warpgroup_mma(qb2, y_smem.index(4 * slot + 2).slice(HALF, HALF, dim=0), acc2,
+                       is_async=True)
+  acc3 = warpgroup_mma(qb2, y_smem.index(4 * slot + 3).slice(HALF, HALF, dim=0), acc3,
+                       is_async=True)
+  # Q_1 = c^1 b + Q_2 a_2 / a_1, Q_0 = c^0 b + Q_1 a_1 / a_0, half by half
+  r21e = gl.expand_dims(r21, 1)
+  r10e = gl.expand_dims(r10, 1)
+  y1 = y_smem.index(4 * slot + 1)
+  qa = p_smem.index(pt + 1).slice(0, HALF, dim=1).load(layout).to(gl.float32) + qa * r21e
+  qa1 = gl.convert_layout(qa.to(p_smem.dtype), a_layout)
+  acc1 = warpgroup_mma(qa1, y1.slice(0, HALF, dim=0), acc1, is_async=True)
+  qb = p_smem.index(pt + 1).slice(HALF, HALF, dim=1).load(layout).to(gl.float32) + qb * r21e
+  qb1 = gl.convert_layout(qb.to(p_smem.dtype), a_layout)
+  acc1 = warpgroup_mma(qb1, y1.slice(HALF, HALF, dim=0), acc1, is_async=True)
+  if RW:
+    acc2, acc3, qa2, qb2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc2, acc3, qa2, qb2))
+  y0 = y_smem.index(4 * slot)
+  qa = p_smem.index(pt).slice(0, HALF, dim=1).load(layout).to(gl.float32) + qa * r10e
+  qa0 = gl.convert_layout(qa.to(p_smem.dtype), a_layout)
+  acc0 = warpgroup_mma(qa0, y0.slice(0, HALF, dim=0), acc0, is_async=True)
+  qb = p_smem.index(pt).slice(HALF, HALF, dim=1).load(layout).to(gl.float32) + qb * r10e
+  qb0 = gl.convert_layout(qb.to(p_smem.dtype), a_layout)
+  acc0 = warpgroup_mma(qb0, y0.slice(HALF, HALF, dim=0), acc0, is_async=True)
+  acc0, acc1, acc2, acc3, qa0, qb0, qa1, qb1, qa2, qb2 = warpgroup_mma_wait(
+      num_outstanding=0, deps=(acc0, acc1, acc2, acc3, qa0, qb0, qa1, qb1, qa2, qb2))
+  mbarrier.arrive(empty.index(slot))   # this group is done with the tile
   return acc0, acc1, acc2, acc3, cs0 + add0, cs1 + add1, cs2 + add2
 
 
 @gluon.jit
 def _wide_chain(x_smem, y_smem, st_rows, p_smem, pt, slot, r0, a0s, a1s, a2s, t0, t1, t2, g0,
-                g1, g2, keep, zs, turn, k, CID: gl.constexpr, BN: gl.constexpr,
-                HR: gl.constexpr, EXCL: gl.constexpr, PP: gl.constexpr):
+                g1, g2, keep, zs, turn, k, s0, CID: gl.constexpr, BN: gl.constexpr,
+                HR: gl.constexpr, EXCL: gl.constexpr, PP: gl.constexpr, NX: gl.constexpr):
   """``_wide_tile``'s prefix dots in one accumulator (each dim's epilogue waits for its
   chunks): c^0 b and c^1 b parked in P tiles pt and pt + 1, c^2 b returned, with the rows'
-  sums. k: the tile's first batch of wgmmas (PP's turns)."""
-  _my_turn(turn, k, CID, PP)
-  s = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, slot, 0, 0, BN), zs,
-                    use_acc=False, is_async=True)
-  _pass_turn(turn, CID, PP)
-  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-  _lead(turn, k, CID, PP)
+  sums. k: the tile's first batch of wgmmas (PP's turns). NX: chunk 0's S is s0, waited
+  for."""
+  if NX:
+    s = s0
+  else:
+    _my_turn(turn, k, CID, PP)
+    s = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, slot, 0, 0, BN), zs,
+                      use_acc=False, is_async=True)
+    _pass_turn(turn, CID, PP)
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    _lead(turn, k, CID, PP)
   u, add0 = _tight_dim(s, st_rows, r0, a0s, t0, g0, keep, 0, BN, EXCL)
   p_smem.index(pt).store(u.to(p_smem.dtype))   # (read back by the same threads)
   _my_turn(turn, k + 1, CID, PP)
@@ -926,36 +1062,61 @@ def _wide_consumer(x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, 
                    scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0, ndiag,
                    dx_ptr, cs_ptr, CID: gl.constexpr, BN: gl.constexpr, HR: gl.constexpr,
                    NT: gl.constexpr, EARLY: gl.constexpr, REGA: gl.constexpr,
-                   PP: gl.constexpr, BAR: gl.constexpr):
+                   PP: gl.constexpr, BAR: gl.constexpr, RW: gl.constexpr, NX: gl.constexpr,
+                   HV: gl.constexpr):
   """Consumer group CID: rows [row0 + CID HR, + HR) against every tile of the split, the
   tiles holding the program's self pairs first and alone tested; dx's four 64-feature
-  segments in four accumulators."""
+  segments in four accumulators. HV: ``_halves_tile`` (S in [HR, BN / 2] halves)."""
+  SN: gl.constexpr = BN // 2 if HV else BN   # S's columns a wgmma
   layout: gl.constexpr = gl.NVMMADistributedLayout(
+      version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, SN, 16])
+  acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
       version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
   scale2 = gl.load(scal_ptr)
   row_off = gl.load(off_ptr)
   col_off = gl.load(off_ptr + 1)
   rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(1, layout))
   rs = _wide_rows(xt_ptr, t_ptr, g_r_ptr, scale2, rows, n)
-  zs = gl.zeros([HR, BN], gl.float32, layout=layout)
+  zs = gl.zeros([HR, SN], gl.float32, layout=layout)
   cs0 = gl.zeros([HR], gl.float32, layout=gl.SliceLayout(1, layout))
   cs1, cs2 = cs0, cs0
-  acc0, acc1, acc2, acc3 = zs, zs, zs, zs
+  za = gl.zeros([HR, BN], gl.float32, layout=acc_layout)
+  acc0, acc1, acc2, acc3 = za, za, za, za
   mbarrier.wait(x_bar, 0)
-  for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
-    acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
-        i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
-        ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT,
-        True, EARLY, REGA, PP, BAR)
-  for i in range(ndiag, ntiles):
-    acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
-        i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, p_bar,
-        ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT,
-        False, EARLY, REGA, PP, BAR)
+  s0 = zs
+  if NX:   # the first tile's chunk 0
+    mbarrier.wait(ready.index(0), 0)
+    s0 = warpgroup_mma(_xrows(x_smem, 0, CID, HR), _ychunk(y_smem, 0, 0, 0, BN), zs,
+                       use_acc=False, is_async=True)
+    s0 = warpgroup_mma_wait(num_outstanding=0, deps=(s0,))
+  if HV:
+    for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
+      acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _halves_tile(
+          i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
+          empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, True, RW)
+    for i in range(ndiag, ntiles):
+      acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _halves_tile(
+          i, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem, ready,
+          empty, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID, BN, HR, NT, False, RW)
+  else:
+    for i in range(0, ndiag):   # the tiles holding the program's self pairs: tested
+      s0, acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
+          i, s0, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+          p_bar, ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID,
+          BN, HR, NT, True, EARLY, REGA, PP, BAR, RW, NX)
+    for i in range(ndiag, ntiles):
+      s0, acc0, acc1, acc2, acc3, cs0, cs1, cs2 = _wide_tile(
+          i, s0, acc0, acc1, acc2, acc3, cs0, cs1, cs2, x_smem, y_smem, st_rows, p_smem,
+          p_bar, ready, empty, turn, zs, rs, rows, row_off, col_off, j_lo, ntiles, k0, CID,
+          BN, HR, NT, False, EARLY, REGA, PP, BAR, RW, NX)
+  rows = row0 + CID * HR + gl.arange(0, HR, layout=gl.SliceLayout(1, acc_layout))
+  cs0 = gl.convert_layout(cs0, rows.type.layout)
+  cs1 = gl.convert_layout(cs1, rows.type.layout)
+  cs2 = gl.convert_layout(cs2, rows.type.layout)
   in_rows = rows < n   # (the a_k again: not held across the loop)
   a0, a1, a2 = _norms(xt_ptr, rows, in_rows, n)
   out_mult = gl.load(scal_ptr + 1)
-  feats = gl.arange(0, BN, layout=gl.SliceLayout(0, layout))
+  feats = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
   at = dx_ptr + gl.expand_dims(rows, 1).to(gl.int64) * (4 * BN) + gl.expand_dims(feats, 0)
   keep = gl.expand_dims(in_rows, 1) & gl.expand_dims(feats < BN, 0)
   ty = dx_ptr.dtype.element_ty
@@ -979,6 +1140,7 @@ def _wide_kernel(
     cs_ptr,                    # [3 dims, n] fp32
     NT: gl.constexpr, EARLY: gl.constexpr,   # (``_wide_tile``)
     REGA: gl.constexpr = False, PP: gl.constexpr = False, BAR: gl.constexpr = False,
+    RW: gl.constexpr = False, NX: gl.constexpr = False, HV: gl.constexpr = False,
 ):
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
@@ -1000,10 +1162,12 @@ def _wide_kernel(
   gl.warp_specialize([
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
                         scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
-                        ndiag, dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA, PP, BAR)),
+                        ndiag, dx_ptr, cs_ptr, 0, BN, HR, NT, EARLY, REGA, PP, BAR, RW, NX,
+                        HV)),
       (_wide_consumer, (x_smem, y_smem, st_rows, p_smem, p_bar, x_bar, ready, empty, turn,
                         scal_ptr, off_ptr, xt_ptr, t_ptr, g_r_ptr, n, row0, j_lo, ntiles, k0,
-                        ndiag, dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA, PP, BAR)),
+                        ndiag, dx_ptr, cs_ptr, 1, BN, HR, NT, EARLY, REGA, PP, BAR, RW, NX,
+                        HV)),
       (_tight_producer, (x_desc, y_desc, s_desc, x_smem, y_smem, st_smem, x_bar, ready, empty,
                          row0, j_lo, ntiles, k0, BN, BK, NT)),
   ], [4, 1], [240, 24])
@@ -1149,6 +1313,11 @@ WIDE = {"small3_wide": dict(NT=NT, EARLY=0),   # ``_wide_kernel``
         "small3_wide_early": dict(NT=NT, EARLY=1),
         "small3_wide_chain": dict(NT=NT, EARLY=2),
         "small3_wide_chain_rega": dict(NT=NT, EARLY=2, REGA=True),
+        "small3_wide_chain_rega_rw": dict(NT=NT, EARLY=2, REGA=True, RW=True),
+        "small3_wide_chain_rega_nx": dict(NT=NT, EARLY=2, REGA=True, NX=True),
+        "small3_wide_chain_rega_nxrw": dict(NT=NT, EARLY=2, REGA=True, RW=True, NX=True),
+        "small3_wide_halves": dict(NT=NT, EARLY=2, HV=True),
+        "small3_wide_halves_rw": dict(NT=NT, EARLY=2, HV=True, RW=True),
         "small3_wide_chain_pp": dict(NT=NT, EARLY=2, PP=True),
         "small3_wide_chain_stag": dict(NT=NT, EARLY=2, PP=2),
         "small3_wide_chain_bar": dict(NT=NT, EARLY=2, BAR=True)}
