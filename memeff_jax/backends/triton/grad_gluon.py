@@ -33,7 +33,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma,
                                                               warpgroup_mma_wait)
 
-from memeff_jax.backends.triton._common import coefficient, col_stats, load_bias, row_stats
+from memeff_jax.backends.triton._common import (coefficient, col_stats, load_bias, row_stats,
+                                                self_tiles)
 from memeff_jax.backends.triton.stats_gluon import producer
 
 BLOCK_M = 64                   # rows a program
@@ -41,6 +42,10 @@ BLOCK_N = 128                  # columns a tile (64 a consumer group)
 BLOCK_K = 128                  # features a chunk
 NUM_BUF = gl.constexpr(4)      # ring chunks (a whole tile: P @ y reads a tile after its S)
 NUM_P = gl.constexpr(2)        # P buffers
+# SPLIT's default: the self pairs' test only in the tiles holding them, the rest of the
+# walk in loops without it (as grad_bwd's at d <= 128). Off until timed: on a GPU, flip
+# it here and time the checkout against main (benchmarks/ab_device.sh).
+SELF_SPLIT = gl.constexpr(False)
 
 
 @gluon.jit
@@ -53,7 +58,7 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
               HAS_COL: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
               EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr, HAS_MASK: gl.constexpr,
               SHARED: gl.constexpr, WANT_SUM: gl.constexpr, WANT_MAX: gl.constexpr,
-              SCALED: gl.constexpr):
+              SCALED: gl.constexpr, SPLIT: gl.constexpr):
   """Consumer warp group CID (4 warps): S for the columns [CID HALF, + HALF) of each tile,
   their coefficients into P, then dx's features [CID NOC BK, + NOC BK) += P @ y; at the
   end dx (times scale g_max), this group's sums of c s (times g_max) and (the forward's
@@ -83,50 +88,45 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   mbarrier.wait(x_bar, 0)
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P buffer t % NP)
-  for j in range(j_lo, j_hi, BN):
-    # the columns' statistics and ``where`` biases, loaded while the tile's similarities run
-    col0 = j + CID * HALF
-    cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
-    lse_c, g_c, thr_c = col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL, COL_THR,
-                                  SHARED)
-    bias_c = load_bias(yb_ptr, cols, HAS_MASK)
-    for k in gl.static_range(KCH):   # S half = x y[half]^T over the chunks
-      slot = (it + k) % NB
-      mbarrier.wait(ready.index(slot), ((it + k) // NB) & 1)
-      b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
-      s = warpgroup_mma(x_smem.index(k), b, s, use_acc=k > 0, is_async=True)
-      if k > 0:   # chunk k - 1's wgmma is done: the other group's output chunk is freed
-        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
-        if (k - 1) // NOC != CID:
-          mbarrier.arrive(empty.index((it + k - 1) % NB))
-    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
-    if (KCH - 1) // NOC != CID:
-      mbarrier.arrive(empty.index((it + KCH - 1) % NB))
-    c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
-                    thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BM, HALF, HAS_ROW, HAS_COL,
-                    ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED, bias_r=bias_r,
-                    bias_c=bias_c)
-    if WANT_CS:
-      cs += gl.sum(c * s, axis=1)
-    if WANT_SUM:
-      c_sum += gl.sum(c, axis=1)
-    if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0, see lse_fwd_rows)
-      s_max = gl.maximum(s_max, gl.max(gl.where(c > 0.0, s, float("-inf")), axis=1))
-    pb = t % NP
-    mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
-    p_smem.index(pb).slice(CID * HALF, HALF, dim=1).store(c.to(p_smem.dtype))
-    fence_async_shared()   # the generic stores before wgmma's (async proxy) reads
-    mbarrier.arrive(p_full.index(pb))
-    mbarrier.wait(p_full.index(pb), (t // NP) & 1)        # both halves of P written
-    p = p_smem.index(pb)
-    acc0 = warpgroup_mma(p, y_smem.index((it + CID * NOC) % NB), acc0, is_async=True)
-    acc1 = warpgroup_mma(p, y_smem.index((it + CID * NOC + 1) % NB), acc1, is_async=True)
-    acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
-    for i in gl.static_range(NOC):
-      mbarrier.arrive(empty.index((it + CID * NOC + i) % NB))
-    mbarrier.arrive(p_free.index(pb))
-    it += KCH
-    t += 1
+  if EXCLUDE_SELF and SPLIT:   # the self pairs' test only where they are
+    d0, d1 = self_tiles(row0, j_lo, j_hi, row_off, col_off, BM, BN)
+    for j in range(j_lo, d0, BN):
+      s, acc0, acc1, cs, c_sum, s_max = _tile(
+          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
+          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
+          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
+          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, False, WANT_CS,
+          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
+      it += KCH
+      t += 1
+    for j in range(d0, d1, BN):
+      s, acc0, acc1, cs, c_sum, s_max = _tile(
+          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
+          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
+          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
+          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, True, WANT_CS,
+          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
+      it += KCH
+      t += 1
+    for j in range(d1, j_hi, BN):
+      s, acc0, acc1, cs, c_sum, s_max = _tile(
+          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
+          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
+          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
+          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, False, WANT_CS,
+          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
+      it += KCH
+      t += 1
+  else:
+    for j in range(j_lo, j_hi, BN):
+      s, acc0, acc1, cs, c_sum, s_max = _tile(
+          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
+          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
+          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
+          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS,
+          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
+      it += KCH
+      t += 1
   out_mult = gl.load(scal_ptr + 1)
   acc0 = acc0 * out_mult
   acc1 = acc1 * out_mult
@@ -155,6 +155,65 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
 
 
 @gluon.jit
+def _tile(j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
+          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr,
+          thr_c_ptr, xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r,
+          thr_r, bias_r, CID: gl.constexpr, BM: gl.constexpr, BN: gl.constexpr,
+          KCH: gl.constexpr, NB: gl.constexpr, NP: gl.constexpr, HAS_ROW: gl.constexpr,
+          HAS_COL: gl.constexpr, ROW_THR: gl.constexpr, COL_THR: gl.constexpr,
+          EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr, HAS_MASK: gl.constexpr,
+          SHARED: gl.constexpr, WANT_SUM: gl.constexpr, WANT_MAX: gl.constexpr):
+  """``_consumer``'s column tile [j, j + BN) (ring position it, P buffer t % NP): this
+  group's S, coefficients (EXCLUDE_SELF: with the self pairs' test) and sums, its half of
+  P, and P @ y into its features."""
+  HALF: gl.constexpr = BN // 2
+  NOC: gl.constexpr = KCH // 2
+  s_layout: gl.constexpr = s.type.layout
+  # the columns' statistics and ``where`` biases, loaded while the tile's similarities run
+  col0 = j + CID * HALF
+  cols = col0 + gl.arange(0, HALF, layout=gl.SliceLayout(0, s_layout))
+  lse_c, g_c, thr_c = col_stats(lse_c_ptr, g_c_ptr, thr_c_ptr, cols, m, HAS_COL, COL_THR,
+                                SHARED)
+  bias_c = load_bias(yb_ptr, cols, HAS_MASK)
+  for k in gl.static_range(KCH):   # S half = x y[half]^T over the chunks
+    slot = (it + k) % NB
+    mbarrier.wait(ready.index(slot), ((it + k) // NB) & 1)
+    b = y_smem.index(slot).slice(CID * HALF, HALF, dim=0).permute((1, 0))
+    s = warpgroup_mma(x_smem.index(k), b, s, use_acc=k > 0, is_async=True)
+    if k > 0:   # chunk k - 1's wgmma is done: the other group's output chunk is freed
+      s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+      if (k - 1) // NOC != CID:
+        mbarrier.arrive(empty.index((it + k - 1) % NB))
+  s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+  if (KCH - 1) // NOC != CID:
+    mbarrier.arrive(empty.index((it + KCH - 1) % NB))
+  c = coefficient(s, scale2, row0, col0, rows, cols, row_off, col_off, n, m, lse_r, g_r,
+                  thr_r, lse_c, g_c, thr_c, xb_ptr, yb_ptr, BM, HALF, HAS_ROW, HAS_COL,
+                  ROW_THR, COL_THR, EXCLUDE_SELF, HAS_MASK, SHARED, bias_r=bias_r,
+                  bias_c=bias_c)
+  if WANT_CS:
+    cs += gl.sum(c * s, axis=1)
+  if WANT_SUM:
+    c_sum += gl.sum(c, axis=1)
+  if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0, see lse_fwd_rows)
+    s_max = gl.maximum(s_max, gl.max(gl.where(c > 0.0, s, float("-inf")), axis=1))
+  pb = t % NP
+  mbarrier.wait(p_free.index(pb), ((t // NP) & 1) ^ 1)   # tile t - NP's P @ y done
+  p_smem.index(pb).slice(CID * HALF, HALF, dim=1).store(c.to(p_smem.dtype))
+  fence_async_shared()   # the generic stores before wgmma's (async proxy) reads
+  mbarrier.arrive(p_full.index(pb))
+  mbarrier.wait(p_full.index(pb), (t // NP) & 1)        # both halves of P written
+  p = p_smem.index(pb)
+  acc0 = warpgroup_mma(p, y_smem.index((it + CID * NOC) % NB), acc0, is_async=True)
+  acc1 = warpgroup_mma(p, y_smem.index((it + CID * NOC + 1) % NB), acc1, is_async=True)
+  acc0, acc1 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1))
+  for i in gl.static_range(NOC):
+    mbarrier.arrive(empty.index((it + CID * NOC + i) % NB))
+  mbarrier.arrive(p_free.index(pb))
+  return s, acc0, acc1, cs, c_sum, s_max
+
+
+@gluon.jit
 def _lse_bwd_gluon_kernel(
     # input pointers
     x_desc, y_desc,            # TMA descriptors: x [n, D] in [BM, BK] blocks, y [m, D] in
@@ -179,11 +238,18 @@ def _lse_bwd_gluon_kernel(
     COL_THR: gl.constexpr, EXCLUDE_SELF: gl.constexpr, WANT_CS: gl.constexpr,
     HAS_MASK: gl.constexpr, SHARED: gl.constexpr, WANT_SUM: gl.constexpr = False,
     WANT_MAX: gl.constexpr = False, SCALED: gl.constexpr = False,
+    SPLIT: gl.constexpr = SELF_SPLIT,
 ):
   """``_lse_bwd_kernel``'s dx and c s (no Matryoshka tables, no sigmoid) for BM rows and
   one column split; WANT_SUM / WANT_MAX: also the rows' sums of c and largest kept s (the
   forward's rows, ``backward.lse_fwd_rows``); SCALED: dx in [-1, 1] by its rows' scales in
-  big (the two groups' feature halves). Grid (row tiles, splits)."""
+  big (the two groups' feature halves). Grid (row tiles, splits).
+
+  SPLIT (default ``SELF_SPLIT``, off) with EXCLUDE_SELF: the column loop in three parts,
+  the tiles before those holding self pairs, those (``_common.self_tiles``; tested),
+  the rest, in the walk's order. sm_90, CLIP's flags: 752-777 instructions a tile in the
+  untested loops against 886-923, 24 B of spill stores against 88; compile time about
+  doubles. Not timed yet (benchmarks/NOTES.md, 2026-12-05)."""
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
   BN: gl.constexpr = y_desc.block_type.shape[0]
@@ -215,12 +281,14 @@ def _lse_bwd_gluon_kernel(
                    off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
                    yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, big_ptr, 0,
                    BM, BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX, SCALED)),
+                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX, SCALED,
+                   SPLIT)),
       (_consumer, (x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_ptr,
                    off_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr, xb_ptr,
                    yb_ptr, n, m, row0, j_lo, j_hi, dx_ptr, cs_ptr, sum_ptr, max_ptr, big_ptr, 1,
                    BM, BN, BK, D, KCH, NUM_BUF, NUM_P, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
-                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX, SCALED)),
+                   EXCLUDE_SELF, WANT_CS, HAS_MASK, SHARED, WANT_SUM, WANT_MAX, SCALED,
+                   SPLIT)),
       (producer, (x_desc, y_desc, x_smem, y_smem, x_bar, ready, empty, row0, j_lo, j_hi, BN,
                    BK, KCH, NUM_BUF)),
   ], [4, 1], [240, 24])
