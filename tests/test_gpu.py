@@ -2,7 +2,6 @@
 reference, the launchers against dense jnp statistics, determinism, and the one-device
 ring. fp32 runs with ``precision="ieee"`` dots (tf32 would cost ~3 digits)."""
 
-import dataclasses
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -24,13 +23,7 @@ from tests.support.oracle import block_lse64, count_pairs, count_qwen3
 from tests.support.rows_forward import check_rows_in_forward
 from tests.support.tolerances import FP32, LOW
 
-# (These tests still build their configs with the flat spellings and choose Matryoshka's
-# form in the config, both deprecated: moving them to the groups and the loss keyword
-# waits for a run on a GPU, where they run.)
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.filterwarnings("ignore:KernelConfig\\(.*flat spellings:DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore:config.algorithm.matryoshka_per_dim=:DeprecationWarning")]
+pytestmark = pytest.mark.gpu
 # B = 1, and batches that are no multiple of any tile; every D for B = 300.
 SHAPES = [(1, 16), (1, 1152)] + [(300, d) for d in (16, 72, 384, 768, 1152)] + [
     (2085, 72), (2085, 200), (2085, 384), (2085, 1152)]
@@ -38,7 +31,7 @@ SHAPES = [(1, 16), (1, 1152)] + [(300, d) for d in (16, 72, 384, 768, 1152)] + [
 
 def _cfg(d, dtype):
   cfg = default_config(d, dtype)
-  return dataclasses.replace(cfg, precision="ieee") if dtype == jnp.float32 else cfg
+  return cfg.evolve(algorithm=dict(precision="ieee")) if dtype == jnp.float32 else cfg
 
 
 @pytest.mark.parametrize("loss", ["clip", "lit"])
@@ -87,10 +80,9 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
   thr = (x @ y[:n].T).diagonal() + 0.02 if masked else None
   cfg = _cfg(d, jnp.float32)
   if tiled:   # both tiled passes, 64-row slabs (n = 777 spans 13 of them)
-    cfg = dataclasses.replace(cfg, fwd_tiled=True, fwd_bounded=True, bwd_tiled=True,
-                              fwd_block_m=64, fwd_block_n=64, fwd_block_d=32, bwd_block_m=64,
-                              bwd_block_n=64, bwd_block_d=32, fwd_num_stages=3,
-                              bwd_num_stages=3, slab_kib=1, min_slab_rows=1)
+    tiles = dict(block_m=64, block_n=64, block_d=32, num_stages=3)
+    cfg = cfg.evolve(algorithm=dict(fwd_tiled=True, fwd_bounded=True, bwd_tiled=True),
+                     fwd=tiles, bwd=tiles, budgets=dict(slab_kib=1, min_slab_rows=1))
   spec = _core.BlockSpec(backend=mj.backends.resolve("triton"), two_sided=two_sided,
                          exclude_self=True, config=cfg)
   row_off, col_off = 0, 0
@@ -247,13 +239,15 @@ def test_matryoshka_triton(family, dtype, b, d, dims, one_block):
   weights = tuple(np.linspace(0.5, 1.5, len(dims)))
   opts = dict(tau_plus=0.05 if b % 2 and b > 1 else 0.0, label_smoothing=0.1, lse_square_scale=1e-3)
   cfg = _cfg(d, dtype) if dtype == jnp.float32 else None
-  if cfg is not None or one_block:   # (fp32 defaults above d_pad 256: one block)
-    cfg = dataclasses.replace(cfg or default_config(d, dtype), matryoshka_per_dim=not one_block)
+  per_dim = None   # (the default; fp32's above d_pad 256 is one block)
+  if cfg is not None or one_block:
+    cfg, per_dim = cfg or default_config(d, dtype), not one_block
   ref_fn = (eager_matryoshka(ref, dims, weights, **kw) if not one_block else
             lambda *a, **k: reference.matryoshka_fused_with_stats(
                 ref, *a, dims=dims, weights=weights, **kw, **k)[0])
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
-                             matryoshka_weights=weights, **kw, **k),
+                             matryoshka_weights=weights, matryoshka_per_dim=per_dim, **kw,
+                             **k),
           ref_fn, arrays, dtype=dtype, **opts)
 
 
@@ -275,8 +269,8 @@ def test_matryoshka_deterministic(loss):
 def test_matryoshka_one_device_ring_equals_plain(per_dim):
   # Both forms (one block for all dims, one ring per dim) through a one-device ring.
   x, y = features(4, [(1000, 128), (1000, 128)], jnp.bfloat16)
-  cfg = dataclasses.replace(default_config(128, jnp.bfloat16), matryoshka_per_dim=per_dim)
-  kw = dict(backend="triton", matryoshka_dims=(32, 64, 128), config=cfg)
+  kw = dict(backend="triton", matryoshka_dims=(32, 64, 128), matryoshka_per_dim=per_dim,
+            config=default_config(128, jnp.bfloat16))
   mesh = Mesh(np.array(jax.devices()[:1]), ("batch",))
   ring = mj.sharded(lambda a, b, axis_name: mj.clip_loss(a, b, axis_name=axis_name, **kw),
                     mesh, "batch")
@@ -296,7 +290,7 @@ def test_bounded_forward_triton(rows, t, exact, dtype):
   # losses match the float64 reference either way.
   cos_lo, cos_hi, length = rows
   x, y = (length * v.astype(dtype) for v in graded_rows(7, 1500, 64, cos_lo, cos_hi))
-  cfg = dataclasses.replace(_cfg(64, dtype), fwd_tiled=True, fwd_bounded=True)
+  cfg = _cfg(64, dtype).evolve(algorithm=dict(fwd_tiled=True, fwd_bounded=True))
   lse_r, lse_c, _, _ = launch.lse_fwd(x, y, jnp.float32(1 / t), None, (0, 0), two_sided=True,
                                       exclude_self=True, config=cfg, interpret=False,
                                       bounded=True, want_max=False)
@@ -340,10 +334,10 @@ def test_where_triton(family, path, dtype):
   b, d = 1500, 384
   fn, ref, kw = (FAMILIES[family].with_stats, FAMILIES[family].reference_with_stats,
                  FAMILIES[family].options)
-  cfg = _cfg(d, dtype)
-  cfg = dataclasses.replace(cfg, fwd_tiled=path != "sweep", bwd_tiled=path == "tiled",
-                            matryoshka_per_dim=path == "mrl")
+  cfg = _cfg(d, dtype).evolve(algorithm=dict(fwd_tiled=path != "sweep",
+                                              bwd_tiled=path == "tiled"))
   dims = (64, 192, 384) if path.startswith("mrl") else None
+  per_dim = path == "mrl" if dims else None
   arrays = (list(qwen3_batch(b, b, d, 3, dtype)) if "qwen3" in family else
             features(b + d, [(b, d), (b, d)], dtype))
   w = where_mask(b, seed=7)
@@ -358,10 +352,10 @@ def test_where_triton(family, path, dtype):
     return reference.matryoshka_fused_with_stats(ref, *kept, dims=dims, **kw, **k)[0]
 
   compare(lambda *a, **k: fn(*a, where=w, backend="triton", config=cfg, matryoshka_dims=dims,
-                             **kw, **k)[0],
+                             matryoshka_per_dim=per_dim, **kw, **k)[0],
           ref_fn, arrays, dtype=dtype, label_smoothing=0.1, tau_plus=0.05)
   grads = jax.grad(lambda *a: fn(*a, where=w, backend="triton", config=cfg,
-                                 matryoshka_dims=dims, **kw)[0],
+                                 matryoshka_dims=dims, matryoshka_per_dim=per_dim, **kw)[0],
                    argnums=tuple(range(len(arrays))))(*arrays)
   for g in grads:
     assert not np.any(np.asarray(g)[~w]), "a removed row got a gradient"
@@ -381,13 +375,14 @@ def test_paired_gradient_triton(family, b, d, dims, tiled, dtype):
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
                 dict(use_qq_negatives=True, margin=0.05))}[family]
-  cfg = dataclasses.replace(_cfg(d, dtype), bwd_tiled=tiled, bwd_pair=True,
-                            matryoshka_per_dim=False)
+  cfg = _cfg(d, dtype).evolve(algorithm=dict(bwd_tiled=tiled, bwd_pair=True))
+  per_dim = None if dims is None else False
   arrays = (qwen3_batch(b, b, d, 3, dtype) if family == "qwen3" else
             features(b + d, [(b, d), (b, d)], dtype))
   ref_fn = (lambda *a, **k: ref(*a, **kw, **k)[0]) if dims is None else (
       lambda *a, **k: reference.matryoshka_fused_with_stats(ref, *a, dims=dims, **kw, **k)[0])
-  compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims, **kw, **k),
+  compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
+                             matryoshka_per_dim=per_dim, **kw, **k),
           ref_fn, arrays, dtype=dtype, tau_plus=0.05, label_smoothing=0.1)
 
 
@@ -401,7 +396,7 @@ def test_paired_fp16_triton(family, d):
       "clip": (mj.clip_loss, reference.clip_loss, {}),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss, dict(use_qq_negatives=True))}[family]
   b = 2085
-  cfg = dataclasses.replace(default_config(d, jnp.float16), bwd_pair=True)
+  cfg = default_config(d, jnp.float16).evolve(algorithm=dict(bwd_pair=True))
   arrays = features(b + d + 1, [(b, d), (b, d)], jnp.float16)
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, **kw, **k),
           lambda *a, **k: ref(*a, **kw, **k), arrays, dtype=jnp.float16, tau_plus=0.05,
