@@ -88,17 +88,24 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   mbarrier.wait(x_bar, 0)
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P buffer t % NP)
-  if EXCLUDE_SELF and SPLIT:   # the self pairs' test only where they are
+  # SPLIT: the self pairs' test only in [d0, d1), the tiles holding them, between two
+  # loops without it (three loops in the walk's order); else one loop over the split
+  SELF_TILES: gl.constexpr = EXCLUDE_SELF and SPLIT
+  TEST_ALL: gl.constexpr = EXCLUDE_SELF and not SPLIT   # (the first loop's test)
+  d0 = j_hi
+  d1 = j_hi
+  if SELF_TILES:
     d0, d1 = self_tiles(row0, j_lo, j_hi, row_off, col_off, BM, BN)
-    for j in range(j_lo, d0, BN):
-      s, acc0, acc1, cs, c_sum, s_max = _tile(
-          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
-          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
-          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, False, WANT_CS,
-          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
-      it += KCH
-      t += 1
+  for j in range(j_lo, d0, BN):
+    s, acc0, acc1, cs, c_sum, s_max = _tile(
+        j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
+        p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
+        xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
+        CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, TEST_ALL, WANT_CS,
+        HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
+    it += KCH
+    t += 1
+  if SELF_TILES:
     for j in range(d0, d1, BN):
       s, acc0, acc1, cs, c_sum, s_max = _tile(
           j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
@@ -114,16 +121,6 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
           p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
           xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
           CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, False, WANT_CS,
-          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
-      it += KCH
-      t += 1
-  else:
-    for j in range(j_lo, j_hi, BN):
-      s, acc0, acc1, cs, c_sum, s_max = _tile(
-          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
-          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
-          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, EXCLUDE_SELF, WANT_CS,
           HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
       it += KCH
       t += 1
