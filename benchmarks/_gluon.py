@@ -40,20 +40,24 @@ def layout(block):
   return gl.NVMMASharedLayout.get_default_for(list(block), gl.bfloat16)
 
 
-def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int) -> dict:
+def compile_sm90(kernel, sig: dict, ptrs, consts: dict, warps: int, stages: int,
+                 ctas: int = 1) -> dict:
   """``kernel`` compiled for sm_90 as jax-triton (through ``_compat``) would:
   ``sig`` the runtime arguments' types by name (the rest are ``consts``), the arrays and
-  descriptors named in ``ptrs`` 16-byte aligned."""
+  descriptors named in ``ptrs`` 16-byte aligned, a constexpr not in ``consts`` its declared
+  default (as jax-triton 0.4 fills it); ``ctas`` programs a cluster."""
   from triton._C import libtriton  # pylint: disable=g-import-not-at-top
   from triton.backends.compiler import GPUTarget  # pylint: disable=g-import-not-at-top
   from triton.compiler import ASTSource  # pylint: disable=g-import-not-at-top
   from triton.experimental.gluon import _runtime  # pylint: disable=g-import-not-at-top
   names = kernel.arg_names
+  consts = {**{p.name: getattr(p.default, "value", p.default) for p in kernel.params
+               if p.is_constexpr and p.has_default}, **consts}
   sig = {n: sig.get(n, "constexpr") for n in names}
   attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in ptrs}
   target = GPUTarget("cuda", 90, 32)
   backend = triton.compiler.make_backend(target)
-  options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=1,
+  options = backend.parse_options(dict(num_warps=warps, num_stages=stages, num_ctas=ctas,
                                        enable_fp_fusion=_compat.FP_FUSION))
   context = libtriton.ir.context()
   libtriton.ir.load_dialects(context)

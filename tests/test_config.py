@@ -607,9 +607,9 @@ _GLUON_KERNELS = [
     ("gradient", "bfloat16", dict(_GRAD, HAS_ROW=True, ROW_THR=True, WANT_CS=True,
                                   HAS_MASK=True, WANT_SUM=True, WANT_MAX=True,
                                   SCALED=True)),   # fwd_rows
-    # the self pairs' split (grad_gluon.SELF_SPLIT, off until timed): three loops
+    # the single loop (grad_gluon.SELF_SPLIT off; every build above splits: three loops)
     ("gradient", "bfloat16", dict(_GRAD, HAS_ROW=True, HAS_COL=True, SHARED=True,
-                                  WANT_CS=True, SPLIT=True)),
+                                  WANT_CS=True, SPLIT=False)),
     ("forward", "bfloat16", dict(_FWD, TWO_SIDED=True)),
     ("forward", "bfloat16", dict(_FWD, D=128, TWO_SIDED=True)),
     ("forward", "bfloat16", dict(_FWD, ROW_THR=True)),
@@ -624,9 +624,9 @@ def test_gluon_kernels_compile_for_hopper():
   # its own, as this one runs Triton's interpreter): a TMA producer warp and two consumer
   # warp groups (12 warps in the PTX's .reqntid, which _compat launches with) within the
   # H100's 227 KiB, each consumer's wgmma left in flight (a full wait at the gradient
-  # tile's S and P @ y only, 4 in all, 12 with the gradient's three loops of SPLIT, and
-  # at the forward tile's S, 2; Triton's make_ttgir on the same module waits after every
-  # one).
+  # tile's S and P @ y only: 4 a loop, so 12 in the three loops of SPLIT, its default
+  # with self pairs; at the forward tile's S, 2; Triton's make_ttgir on the same module
+  # waits after every one).
   pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
   specs = [list(k) for k in _GLUON_KERNELS]
   env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -637,5 +637,6 @@ def test_gluon_kernels_compile_for_hopper():
   assert len(reports) == len(specs)
   for spec, r in zip(specs, reports):
     assert (r["reqntid_warps"], r["partitioned"], r["ptxas_rc"]) == (12, True, 0), (spec, r)
-    waits = {"gradient": 4, "forward": 2}[spec[0]] * (3 if spec[2].get("SPLIT") else 1)
+    split = spec[0] == "gradient" and spec[2]["EXCLUDE_SELF"] and spec[2].get("SPLIT", True)
+    waits = {"gradient": 4, "forward": 2}[spec[0]] * (3 if split else 1)
     assert r["shared_kib"] <= 227 and r["wgmma"] > 0 and r["wait_group0"] == waits, (spec, r)

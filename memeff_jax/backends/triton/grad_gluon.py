@@ -43,9 +43,10 @@ BLOCK_K = 128                  # features a chunk
 NUM_BUF = gl.constexpr(4)      # ring chunks (a whole tile: P @ y reads a tile after its S)
 NUM_P = gl.constexpr(2)        # P buffers
 # SPLIT's default: the self pairs' test only in the tiles holding them, the rest of the
-# walk in loops without it (as grad_bwd's at d <= 128). Off until timed: on a GPU, flip
-# it here and time the checkout against main (benchmarks/ab_device.sh).
-SELF_SPLIT = gl.constexpr(False)
+# walk in loops without it (as grad_bwd's at d <= 128). B = 65536, fwd+bwd, one H100,
+# Triton 3.9: CLIP 39.16 -> 37.66 ms, Qwen3 32.90 -> 30.61, LiT (no self pairs) the same
+# build (h100_self_split.csv runs 2-3).
+SELF_SPLIT = gl.constexpr(True)
 
 
 @gluon.jit
@@ -242,11 +243,11 @@ def _lse_bwd_gluon_kernel(
   forward's rows, ``backward.lse_fwd_rows``); SCALED: dx in [-1, 1] by its rows' scales in
   big (the two groups' feature halves). Grid (row tiles, splits).
 
-  SPLIT (default ``SELF_SPLIT``, off) with EXCLUDE_SELF: the column loop in three parts,
+  SPLIT (default ``SELF_SPLIT``, on) with EXCLUDE_SELF: the column loop in three parts,
   the tiles before those holding self pairs, those (``_common.self_tiles``; tested),
-  the rest, in the walk's order. sm_90, CLIP's flags: 752-777 instructions a tile in the
-  untested loops against 886-923, 24 B of spill stores against 88; compile time about
-  doubles. Not timed yet (benchmarks/NOTES.md, 2026-12-05)."""
+  the rest, in the walk's order (so the sums are the single loop's). sm_90, CLIP's
+  flags: 752-777 instructions a tile in the untested loops against 886-923, 24 B of
+  spill stores against 88; compile time about doubles (docs/notes/gradient.md)."""
   BM: gl.constexpr = x_desc.block_type.shape[0]
   BK: gl.constexpr = x_desc.block_type.shape[1]
   BN: gl.constexpr = y_desc.block_type.shape[0]
