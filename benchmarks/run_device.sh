@@ -3,7 +3,9 @@
 #   tests    the GPU tests, in TEST_PROCS (4) parallel pytest processes of about equal
 #            expected time (shard_tests.py; compiling is the slow part); TEST_CALLS=K,
 #            TEST_CALL=I: this call runs part I (from 0) of K (the whole file takes ~2
-#            calls of 14 processes at T_TESTS=480 on an H200)
+#            calls of 14 processes at T_TESTS=480 on an H200); after the call, here:
+#            shard_tests.py --ledger LOG adds the outcomes to gpu_tests_ledger.csv, and
+#            --pending gives the ids still to pass at a commit (the next TEST_IDS)
 #   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
 #   mrl      Matryoshka (dims 64/128/256/512): fused per family (per dim and in one block),
 #            eager, plain, memeff's fused and eager, B = 65536, D = 512

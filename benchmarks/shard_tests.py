@@ -8,20 +8,38 @@ an id without one gets the median of its test function's, else of all. Longest f
 each id goes to the shard with the least time so far. ``--calls K --call I``: the
 shards of device call I (from 0) of K, which split the ids into K equal parts.
 
+The whole file takes more than one session's device time on both stacks, so its runs
+are kept in a ledger, ``gpu_tests_ledger.csv``: a row an id, stack and commit (the tree
+tested: its library and tests/test_gpu.py), with the outcome its logs give (passed,
+failed, error, skipped, xfailed, xpassed) or "not run" (cut at the time limit). An id
+passed at a commit and stack keeps that row when a later run at the same commit and
+stack did not reach it. ``--pending``: the ids not yet passed at a commit and stack,
+the next run's ``TEST_IDS``.
+
   python benchmarks/shard_tests.py --ids ids.txt --shards 14 --calls 2 --call 0 --out DIR
   python benchmarks/shard_tests.py --record gpu_tests.log   # (here, after a run)
+  python benchmarks/shard_tests.py --ledger gpu_tests.log --ids ids.txt --commit C \
+      --stack "jax-triton 0.4.1 + Triton 3.9.0" --gpu "NVIDIA H100 80GB HBM3"
+  python benchmarks/shard_tests.py --pending --ids ids.txt --commit C --stack "..." > todo
+
+(ids.txt, all of them, here as on the GPU machine: ``MEMEFF_TEST_GPU=1 python -m pytest
+--collect-only -q -m gpu tests/test_gpu.py -o addopts="" | grep ::``.)
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import datetime
 import pathlib
 import re
 import statistics
 
 DURATIONS = pathlib.Path(__file__).parent / "results" / "h200_gpu_test_durations.csv"
+LEDGER = pathlib.Path(__file__).parent / "results" / "gpu_tests_ledger.csv"
 _CALL = re.compile(r"^([0-9.]+)s call +(\S+)$")
+_OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
+_FIELDS = ["date", "commit", "stack", "gpu", "id", "outcome", "seconds"]
 
 
 def read_durations(path=DURATIONS) -> dict[str, float]:
@@ -45,6 +63,48 @@ def record(logs, path=DURATIONS) -> int:
     w.writerow(["id", "seconds"])
     w.writerows((i, f"{s:.2f}") for i, s in sorted(rows.items()))
   return len(found)
+
+
+def read_ledger(path=LEDGER) -> list[dict]:
+  if not pathlib.Path(path).exists():
+    return []
+  with open(path, newline="") as f:
+    return list(csv.DictReader(f))
+
+
+def ledger(logs, ids, *, date: str, commit: str, stack: str, gpu: str,
+           path=LEDGER) -> dict[str, int]:
+  """Adds one run (its pytest -v logs, the ``ids`` it was given) to the ledger; returns
+  how many ids got each outcome."""
+  outcome, seconds = {}, {}
+  for log in logs:
+    for line in pathlib.Path(log).read_text(errors="replace").splitlines():
+      if m := _OUTCOME.match(line.strip()):
+        outcome[m.group(1)] = {"XFAIL": "xfailed", "XPASS": "xpassed"}.get(
+            m.group(2), m.group(2).lower())
+      elif m := _CALL.match(line.strip()):
+        seconds[m.group(2)] = m.group(1)
+  rows = {(r["commit"], r["stack"], r["id"]): r for r in read_ledger(path)}
+  counts = {}
+  for i in ids:
+    key, got = (commit, stack, i), outcome.get(i, "not run")
+    if got == "not run" and rows.get(key, {}).get("outcome") == "passed":
+      continue
+    rows[key] = dict(date=date, commit=commit, stack=stack, gpu=gpu, id=i, outcome=got,
+                     seconds=seconds.get(i, ""))
+    counts[got] = counts.get(got, 0) + 1
+  with open(path, "w", newline="") as f:
+    w = csv.DictWriter(f, _FIELDS)
+    w.writeheader()
+    w.writerows(sorted(rows.values(), key=lambda r: (r["stack"], r["commit"], r["id"])))
+  return counts
+
+
+def pending(ids, *, commit: str, stack: str, path=LEDGER) -> list[str]:
+  """``ids`` not passed at ``commit`` on ``stack`` (never run there included)."""
+  passed = {r["id"] for r in read_ledger(path)
+            if (r["commit"], r["stack"], r["outcome"]) == (commit, stack, "passed")}
+  return [i for i in ids if i not in passed]
 
 
 def expected(ids, known: dict[str, float]) -> dict[str, float]:
@@ -75,11 +135,30 @@ def main(argv=None):
   p.add_argument("--call", type=int, default=0)
   p.add_argument("--out", help="folder for the shard files (shard.0, shard.1, ...)")
   p.add_argument("--record", nargs="+", metavar="LOG", help="add these logs' durations")
+  p.add_argument("--ledger", nargs="+", metavar="LOG",
+                 help="add these logs' outcomes for --ids to the ledger")
+  p.add_argument("--pending", action="store_true", help="print --ids not passed yet")
+  p.add_argument("--commit", help="the tree tested (--ledger, --pending)")
+  p.add_argument("--stack", help='e.g. "jax-triton 0.4.1 + Triton 3.9.0"')
+  p.add_argument("--gpu", default="", help="the GPU's name (--ledger)")
+  p.add_argument("--date", default=str(datetime.date.today()), help="the run's date")
+  p.add_argument("--ledger-file", default=LEDGER, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
   if a.record:
     print(f"recorded {record(a.record)} durations in {DURATIONS}")
     return
   ids = [l.strip() for l in open(a.ids) if l.strip()]
+  if a.ledger or a.pending:
+    if not (a.commit and a.stack):
+      p.error("--ledger and --pending take --commit and --stack")
+    if a.pending:
+      print("".join(f"{i}\n" for i in pending(ids, commit=a.commit, stack=a.stack,
+                                                path=a.ledger_file)), end="")
+    else:
+      counts = ledger(a.ledger, ids, date=a.date, commit=a.commit, stack=a.stack, gpu=a.gpu,
+                      path=a.ledger_file)
+      print(f"ledger {a.ledger_file}: {counts}")
+    return
   seconds = expected(ids, read_durations())
   lists = shards(ids, seconds, a.calls * a.shards)[a.call::a.calls]
   out = pathlib.Path(a.out)

@@ -1,5 +1,6 @@
-"""The device-run tooling in benchmarks/: the GPU tests' sharding by expected time, the
-tables rendered from the CSVs of the device runs, and the hardware counters' summary."""
+"""The device-run tooling in benchmarks/: the GPU tests' sharding by expected time and
+their ledger, the tables rendered from the CSVs of the device runs, and the hardware
+counters' summary."""
 
 import random
 
@@ -43,6 +44,36 @@ def test_record_reads_call_durations(tmp_path):
   assert shard_tests.record([log], path) == 2
   assert shard_tests.read_durations(path) == {"tests/test_gpu.py::test_a[x-1]": 12.5,
                                               "tests/test_gpu.py::test_b": 3.0}
+
+
+def test_ledger_keeps_each_ids_outcome_and_lists_the_pending(tmp_path, capsys):
+  # Two runs at one commit and stack, one at another commit: an id's row is its latest
+  # outcome, except that an id passed earlier and not reached later stays passed; the
+  # pending ids are those not passed at that commit and stack, in --ids' order.
+  ids = [f"tests/test_gpu.py::test_{k}" for k in ("a[x-1]", "a[x-2]", "b", "c", "d")]
+  path, log1, log2 = tmp_path / "ledger.csv", tmp_path / "1.log", tmp_path / "2.log"
+  log1.write_text(f"{ids[0]} PASSED [ 20%]\n{ids[1]} FAILED [ 40%]\n"
+                  f"{ids[2]} ERROR [ 60%]\n12.50s call     {ids[0]}\n"
+                  f"FAILED {ids[1]} - AssertionError\n")
+  log2.write_text(f"{ids[1]} PASSED [ 50%]\n{ids[3]} XFAIL [100%]\n")
+  run = dict(stack="s39", gpu="H100", path=path)
+  assert shard_tests.ledger([log1], ids, date="d1", commit="c1", **run) == {
+      "passed": 1, "failed": 1, "error": 1, "not run": 2}
+  assert shard_tests.ledger([log2], ids, date="d2", commit="c1", **run) == {
+      "passed": 1, "xfailed": 1, "not run": 2}   # (ids[0] kept: passed in run 1)
+  rows = {r["id"]: r for r in shard_tests.read_ledger(path)}
+  assert [rows[i]["outcome"] for i in ids] == ["passed", "passed", "not run", "xfailed",
+                                                "not run"]
+  assert (rows[ids[0]]["date"], rows[ids[0]]["seconds"]) == ("d1", "12.50")
+  shard_tests.ledger([log1], ids[:2], date="d3", commit="c2", **run)
+  assert shard_tests.pending(ids, commit="c1", stack="s39", path=path) == ids[2:]
+  assert shard_tests.pending(ids, commit="c2", stack="s39", path=path) == ids[1:]
+  assert shard_tests.pending(ids, commit="c1", stack="s36", path=path) == ids
+  # the command line prints the pending ids
+  (tmp_path / "ids").write_text("\n".join(ids) + "\n")
+  shard_tests.main(["--pending", "--ids", str(tmp_path / "ids"), "--commit", "c1",
+                    "--stack", "s39", "--ledger-file", str(path)])
+  assert capsys.readouterr().out.split() == ids[2:]
 
 
 def _headline_csvs(results, prefix, ours_ms, theirs_ms):
