@@ -8,7 +8,7 @@
 # then, on the device (setup.sh's site folder, first on PYTHONPATH, is kept for both):
 #   source .gpu/setup.sh && BASE=.gpu/base TAG=36 LOSSES=clip,qwen3 DIMS=64,128 \
 #     bash benchmarks/ab_device.sh
-# (h100_self_split.csv was measured so, before this script had its name.)
+# (h100_self_split.csv run 1 was measured so before this script had its name; runs 2-3 by it.)
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 : "${BASE:?BASE: the base tree}"; TAG=${TAG:-ab}
