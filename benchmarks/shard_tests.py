@@ -8,8 +8,8 @@ an id without one gets the median of its test function's, else of all. Longest f
 each id goes to the shard with the least time so far. ``--calls K --call I``: the
 shards of device call I (from 0) of K, which split the ids into K equal parts.
 
-The whole file takes more than one session's device time on both stacks, so its runs
-are kept in a ledger, ``gpu_tests_ledger.csv``: a row an id, stack and commit (the tree
+The whole file takes about four device calls for both stacks, so its runs are kept
+in a ledger, ``gpu_tests_ledger.csv``: a row an id, stack and commit (the tree
 tested: its library and tests/test_gpu.py), with the outcome its logs give (passed,
 failed, error, skipped, xfailed, xpassed) or "not run" (cut at the time limit). An id
 passed at a commit and stack keeps that row when a later run at the same commit and
