@@ -49,14 +49,23 @@ def read_durations(path=DURATIONS) -> dict[str, float]:
     return {r["id"]: float(r["seconds"]) for r in csv.DictReader(f)}
 
 
-def record(logs, path=DURATIONS) -> int:
-  """Adds (or replaces) the ids' call durations found in pytest logs; returns how many."""
-  found = {}
+def read_logs(logs) -> tuple[dict[str, str], dict[str, float]]:
+  """Pytest -v --durations=0 logs' outcome of each id (passed, failed, error, skipped,
+  xfailed, xpassed) and its call seconds."""
+  outcome, seconds = {}, {}
   for log in logs:
     for line in pathlib.Path(log).read_text(errors="replace").splitlines():
-      m = _CALL.match(line.strip())
-      if m:
-        found[m.group(2)] = float(m.group(1))
+      if m := _OUTCOME.match(line.strip()):
+        outcome[m.group(1)] = {"XFAIL": "xfailed", "XPASS": "xpassed"}.get(
+            m.group(2), m.group(2).lower())
+      elif m := _CALL.match(line.strip()):
+        seconds[m.group(2)] = float(m.group(1))
+  return outcome, seconds
+
+
+def record(logs, path=DURATIONS) -> int:
+  """Adds (or replaces) the ids' call durations found in pytest logs; returns how many."""
+  found = read_logs(logs)[1]
   rows = read_durations(path) | found
   with open(path, "w", newline="") as f:
     w = csv.writer(f)
@@ -76,14 +85,7 @@ def ledger(logs, ids, *, date: str, commit: str, stack: str, gpu: str,
            path=LEDGER) -> dict[str, int]:
   """Adds one run (its pytest -v logs, the ``ids`` it was given) to the ledger; returns
   how many ids got each outcome."""
-  outcome, seconds = {}, {}
-  for log in logs:
-    for line in pathlib.Path(log).read_text(errors="replace").splitlines():
-      if m := _OUTCOME.match(line.strip()):
-        outcome[m.group(1)] = {"XFAIL": "xfailed", "XPASS": "xpassed"}.get(
-            m.group(2), m.group(2).lower())
-      elif m := _CALL.match(line.strip()):
-        seconds[m.group(2)] = m.group(1)
+  outcome, seconds = read_logs(logs)
   rows = {(r["commit"], r["stack"], r["id"]): r for r in read_ledger(path)}
   counts = {}
   for i in ids:
@@ -91,7 +93,7 @@ def ledger(logs, ids, *, date: str, commit: str, stack: str, gpu: str,
     if got == "not run" and rows.get(key, {}).get("outcome") == "passed":
       continue
     rows[key] = dict(date=date, commit=commit, stack=stack, gpu=gpu, id=i, outcome=got,
-                     seconds=seconds.get(i, ""))
+                     seconds=f"{seconds[i]:.2f}" if i in seconds else "")
     counts[got] = counts.get(got, 0) + 1
   with open(path, "w", newline="") as f:
     w = csv.DictWriter(f, _FIELDS)
