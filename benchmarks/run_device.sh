@@ -5,7 +5,9 @@
 #            TEST_CALL=I: this call runs part I (from 0) of K (the whole file takes ~2
 #            calls of 14 processes at T_TESTS=480 on an H200); after the call, here:
 #            shard_tests.py --ledger LOG adds the outcomes to gpu_tests_ledger.csv, and
-#            --pending gives the ids still to pass at a commit (the next TEST_IDS)
+#            --pending gives the ids still to pass at a commit (the next TEST_IDS).
+#            TEST_PENDING=COMMIT: run those, from the carried ledger, on the stack this
+#            machine runs (TEST_IDS then narrows them; the stack's name: gpu.txt)
 #   headline every loss at B = 65536, D = 512 against memeff, and B = 16384 against dense XLA
 #   mrl      Matryoshka (dims 64/128/256/512): fused per family (per dim and in one block),
 #            eager, plain, memeff's fused and eager, B = 65536, D = 512
@@ -25,6 +27,8 @@
 #            RING_LOSSES, RING_REPS (5); timeouts T_RING (420), T_RING_MEMEFF (240 a run).
 #            Copy the CSVs to benchmarks/results/<gpu>_ring_*.csv for render_tables.py.
 #   source .gpu/setup.sh && STAGES="tests headline" bash benchmarks/run_device.sh
+#   source .gpu/setup.sh && STAGES=tests TEST_PENDING=4ba642a TEST_PROCS=15 \
+#     bash benchmarks/run_device.sh
 #   source .gpu/setup.sh && STAGES=ring RING_WEAK=65536 bash benchmarks/run_device.sh
 # The memeff stages need memeff 0.3.1 on the GPU machine: put its wheel next to
 # jax-triton's before the call (pip download memeff==0.3.1 --no-deps -d .gpu/), and
@@ -54,6 +58,14 @@ if has tests; then
     python -m pytest --collect-only -q -m gpu tests/test_gpu.py -o addopts="" \
       -p no:cacheprovider | grep "::" > /tmp/gpu_ids
   fi
+  stack=$(python -c "import jax_triton as j, triton as t
+print(f'jax-triton {j.__version__} + Triton {t.__version__}')")
+  echo "$stack" >> "$OUT/gpu.txt"   # the ledger's --stack
+  if [ -n "$TEST_PENDING" ]; then
+    python benchmarks/shard_tests.py --pending --ids /tmp/gpu_ids --commit "$TEST_PENDING" \
+      --stack "$stack" > /tmp/gpu_pending && mv /tmp/gpu_pending /tmp/gpu_ids
+    echo "$(wc -l < /tmp/gpu_ids) ids not yet passed at $TEST_PENDING on $stack"
+  fi
   rm -rf /tmp/gpu_shards
   python benchmarks/shard_tests.py --ids /tmp/gpu_ids --shards ${TEST_PROCS:-4} \
     --calls ${TEST_CALLS:-1} --call ${TEST_CALL:-0} --out /tmp/gpu_shards
@@ -65,7 +77,7 @@ if has tests; then
   done
   wait
   # One log: the device returns at most 8 files, and the CSVs of later stages must fit.
-  cat "$OUT"/gpu_tests.*.log > /tmp/gpu_tests.log && rm -f "$OUT"/gpu_tests.*.log
+  cat "$OUT"/gpu_tests.*.log > /tmp/gpu_tests.log 2>/dev/null; rm -f "$OUT"/gpu_tests.*.log
   mv /tmp/gpu_tests.log "$OUT/gpu_tests.log"
   grep -cE "PASSED" "$OUT/gpu_tests.log" | sed 's/^/passed: /'
   grep -E "FAILED|ERROR|Timeout" "$OUT/gpu_tests.log" | cut -c1-200 | head -30
