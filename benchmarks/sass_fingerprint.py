@@ -9,6 +9,10 @@ Pointer arguments are marked divisible by 16, as jax-triton marks them: without 
 Triton pipelines no load and the code differs from what the GPU runs.
 
   python benchmarks/sass_fingerprint.py > before.txt   # edit, rerun, diff
+
+--gluon: the Gluon kernels instead (grad_gluon's gradient over BWD_CASES, the rows'
+forward and SPLIT off; stats_gluon's forward), as jax-triton 0.4 compiles them through
+``_compat`` (Triton >= 3.9).
 """
 
 from __future__ import annotations
@@ -50,8 +54,13 @@ BWD_CASES = [(1, 1, 0, 0, 1, 0, 0), (1, 1, 0, 0, 1, 0, 1), (1, 0, 1, 0, 1, 1, 0)
 
 
 def fingerprint(kernel, arg_types, constexprs, warps, stages) -> str:
-  out = cuobjdump(compile_kernel(kernel, arg_types, constexprs, warps, stages, TARGET), "-sass")
-  lines = [l for l in out.splitlines() if re.search(r"/\*[0-9a-f]{4}\*/", l)]
+  return digests(cuobjdump(compile_kernel(kernel, arg_types, constexprs, warps, stages, TARGET),
+                           "-sass"))
+
+
+def digests(out: str) -> str:
+  """Hashes of ``cuobjdump -sass`` output: the code, and its sorted opcodes."""
+  lines = [l for l in out.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", l)]
   ops = sorted(re.sub(r"^\s*(@!?U?P\w+\s+)?", "", re.sub(r"/\*[0-9a-f]*\*/", "", l)).split()[0]
                for l in lines)
   digest = lambda text: hashlib.sha1(text.encode()).hexdigest()[:12]
@@ -152,7 +161,42 @@ def _tile_flags(case):
   return dict(flags, TILE_SHIFT=tile_shift, SPAN=64.0)
 
 
+def gluon_variants():
+  """(label, compile report) of the library's Gluon kernels at d = 512, bf16."""
+  from benchmarks._gluon import (compile_library_forward,  # pylint: disable=g-import-not-at-top
+                                 compile_library_gradient)
+  flags = lambda case: {k: bool(v) for k, v in zip(BWD_FLAGS, case)}
+  for case in BWD_CASES:
+    c = dict(flags(case), D=512, HAS_MASK=case == BWD_CASES[-1])
+    yield f"gluon bwd {case}", compile_library_gradient("bfloat16", c)
+  c = dict(flags(BWD_CASES[0]), D=512, HAS_MASK=False)
+  yield "gluon bwd split=False", compile_library_gradient("bfloat16", dict(c, SPLIT=False))
+  yield ("gluon fwd rows", compile_library_gradient(
+      "bfloat16", dict(c, HAS_COL=False, WANT_SUM=True, WANT_MAX=True, SCALED=True)))
+  for thr, two in itertools.product((False, True), (False, True)):
+    yield f"gluon fwd thr={thr} two={two}", compile_library_forward(
+        "bfloat16", dict(D=512, ROW_THR=thr, EXCLUDE_SELF=True, TWO_SIDED=two, HAS_MASK=two,
+                         WANT_MAX=True))
+
+
+def gluon_fingerprint(report: dict) -> str:
+  """``report``'s PTX assembled for sm_90a by the wheel's ptxas, then ``digests``."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import tempfile  # pylint: disable=g-import-not-at-top
+  from benchmarks._gluon import PTXAS, _BIN  # pylint: disable=g-import-not-at-top
+  with tempfile.TemporaryDirectory() as tmp:
+    with open(f"{tmp}/k.ptx", "w") as f:
+      f.write(report["ptx"])
+    subprocess.run([PTXAS, "-arch=sm_90a", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"], check=True)
+    return digests(subprocess.run([f"{_BIN}/cuobjdump", "-sass", f"{tmp}/k.cubin"],
+                                  capture_output=True, text=True, check=True).stdout)
+
+
 def main():
+  if "--gluon" in sys.argv[1:]:
+    for label, report in gluon_variants():
+      print(label, gluon_fingerprint(report), flush=True)
+    return
   for label, *spec in variants():
     print(label, fingerprint(*spec), flush=True)
 

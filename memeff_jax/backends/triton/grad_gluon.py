@@ -90,39 +90,25 @@ def _consumer(x_smem, y_smem, p_smem, x_bar, ready, empty, p_full, p_free, scal_
   it = 0   # ring position of the tile's first chunk
   t = 0    # tile count (P buffer t % NP)
   # SPLIT: the self pairs' test only in [d0, d1), the tiles holding them, between two
-  # loops without it (three loops in the walk's order); else one loop over the split
+  # loops without it (three loops, parts 0-2, in the walk's order); else one loop over
+  # the split, part 0 (the same machine code as three loops written out)
   SELF_TILES: gl.constexpr = EXCLUDE_SELF and SPLIT
-  TEST_ALL: gl.constexpr = EXCLUDE_SELF and not SPLIT   # (the first loop's test)
+  TEST_ALL: gl.constexpr = EXCLUDE_SELF and not SPLIT   # (the one loop's test)
   d0 = j_hi
   d1 = j_hi
   if SELF_TILES:
     d0, d1 = self_tiles(row0, j_lo, j_hi, row_off, col_off, BM, BN)
-  for j in range(j_lo, d0, BN):
-    s, acc0, acc1, cs, c_sum, s_max = _tile(
-        j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
-        p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-        xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
-        CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, TEST_ALL, WANT_CS,
-        HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
-    it += KCH
-    t += 1
-  if SELF_TILES:
-    for j in range(d0, d1, BN):
+  for part in gl.static_range(3 if SELF_TILES else 1):
+    lo = j_lo if part == 0 else d0 if part == 1 else d1
+    hi = d0 if part == 0 else d1 if part == 1 else j_hi
+    for j in range(lo, hi, BN):
       s, acc0, acc1, cs, c_sum, s_max = _tile(
           j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
           p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
           xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
-          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, True, WANT_CS,
-          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
-      it += KCH
-      t += 1
-    for j in range(d1, j_hi, BN):
-      s, acc0, acc1, cs, c_sum, s_max = _tile(
-          j, it, t, s, acc0, acc1, cs, c_sum, s_max, x_smem, y_smem, p_smem, ready, empty,
-          p_full, p_free, scal_ptr, lse_r_ptr, g_r_ptr, thr_r_ptr, lse_c_ptr, g_c_ptr, thr_c_ptr,
-          xb_ptr, yb_ptr, n, m, row0, rows, row_off, col_off, scale2, lse_r, g_r, thr_r, bias_r,
-          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR, False, WANT_CS,
-          HAS_MASK, SHARED, WANT_SUM, WANT_MAX)
+          CID, BM, BN, KCH, NB, NP, HAS_ROW, HAS_COL, ROW_THR, COL_THR,
+          part == 1 or TEST_ALL, WANT_CS, HAS_MASK, SHARED, WANT_SUM,
+          WANT_MAX)
       it += KCH
       t += 1
   out_mult = gl.load(scal_ptr + 1)
