@@ -121,9 +121,9 @@ def _compile_library(kernel, blocks, dtype: str, constexprs: dict, fp32_ptrs, ty
   return compile_sm90(kernel, sig, ptrs, constexprs, 4, 1)
 
 
-def ptxas(ptx: str) -> dict:
-  """Registers, spill stores / loads and warnings of ``ptx`` by ``ptxas -v -arch=sm_90a``
-  (a serialized wgmma chain is a warning), and ``tile_loops``."""
+def assemble(ptx: str):
+  """``ptx`` through ``ptxas -v -arch=sm_90a``: its return code and report, and the cubin's
+  ``cuobjdump -sass`` ("" where ptxas failed)."""
   with tempfile.TemporaryDirectory() as tmp:
     src = os.path.join(tmp, "k.ptx")
     with open(src, "w") as f:
@@ -133,13 +133,19 @@ def ptxas(ptx: str) -> dict:
     sass = "" if out.returncode else subprocess.run(
         [os.path.join(_BIN, "cuobjdump"), "-sass", os.path.join(tmp, "k.cubin")],
         capture_output=True, text=True).stdout
-  text = out.stdout + out.stderr
+  return out.returncode, out.stdout + out.stderr, sass
+
+
+def ptxas(ptx: str) -> dict:
+  """Registers, spill stores / loads and warnings of ``ptx`` by ``ptxas -v -arch=sm_90a``
+  (a serialized wgmma chain is a warning), and ``tile_loops``."""
+  rc, text, sass = assemble(ptx)
   regs = re.search(r"Used (\d+) registers", text)
   spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", text)
   return dict(registers=int(regs.group(1)) if regs else None,
               spill_stores=int(spill.group(1)) if spill else None,
               spill_loads=int(spill.group(2)) if spill else None,
-              ptxas_rc=out.returncode, ptxas_err="" if out.returncode == 0 else text[-300:],
+              ptxas_rc=rc, ptxas_err="" if rc == 0 else text[-300:],
               ptxas_warnings=[" ".join(l.split())[:200] for l in text.splitlines()
                               if "warning" in l.lower()],
               tile_loops=tile_loops(sass))

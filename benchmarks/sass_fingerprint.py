@@ -181,15 +181,11 @@ def gluon_variants():
 
 def gluon_fingerprint(report: dict) -> str:
   """``report``'s PTX assembled for sm_90a by the wheel's ptxas, then ``digests``."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import tempfile  # pylint: disable=g-import-not-at-top
-  from benchmarks._gluon import PTXAS, _BIN  # pylint: disable=g-import-not-at-top
-  with tempfile.TemporaryDirectory() as tmp:
-    with open(f"{tmp}/k.ptx", "w") as f:
-      f.write(report["ptx"])
-    subprocess.run([PTXAS, "-arch=sm_90a", f"{tmp}/k.ptx", "-o", f"{tmp}/k.cubin"], check=True)
-    return digests(subprocess.run([f"{_BIN}/cuobjdump", "-sass", f"{tmp}/k.cubin"],
-                                  capture_output=True, text=True, check=True).stdout)
+  from benchmarks._gluon import assemble  # pylint: disable=g-import-not-at-top
+  rc, text, sass = assemble(report["ptx"])
+  if rc:
+    raise RuntimeError(f"ptxas: {text[-300:]}")
+  return digests(sass)
 
 
 def main():
