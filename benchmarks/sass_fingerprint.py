@@ -106,14 +106,14 @@ def variants():
              dict(D=d, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, NUM_D=num_d, BLOCK_DO=block_do,
                   REUSE_Y=num_d == 1 and block_do == block_d, PRECISION="tf32",
                   HAS_MASK=case == BWD_CASES[-1], K=1, SEGS=num_d, HAS_TAB=False,
-                  SIGMOID=False, TMA=False, **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), w, st)
+                  SIGMOID=False, TMA=False, **_bwd_flags(case)), w, st)
   # Matryoshka's FlashAttention-shaped gradient (the bf16 default up to D = 512).
   for case in BWD_CASES:
     yield (f"mrl bwd bf16 512 {case}", _lse_bwd_kernel, args(_lse_bwd_kernel, "bf16"),
            dict(D=512, BLOCK_M=32, BLOCK_N=64, BLOCK_D=64, NUM_D=8, BLOCK_DO=512, REUSE_Y=False,
                 PRECISION="tf32", HAS_MASK=case == BWD_CASES[-1], K=4, SEGS=MRL_SEGS,
                 HAS_TAB=True, SIGMOID=False, TMA=False,
-                **{k: bool(v) for k, v in zip(BWD_FLAGS, case)}), 8, 3)
+                **_bwd_flags(case)), 8, 3)
   for dt, d, (bm, bn, bk, w, st) in [("bf16", 1024, (64, 128, 64, 4, 4)),
                                      ("fp32", 72, (64, 64, 32, 8, 3))]:
     for case in BWD_CASES:
@@ -153,10 +153,15 @@ def variants():
                   EPI_SPLIT=split), w, st)
 
 
+def _bwd_flags(case):
+  """A BWD_CASES row as the gradient kernels' flags (BWD_FLAGS: bool)."""
+  return {k: bool(v) for k, v in zip(BWD_FLAGS, case)}
+
+
 def _tile_flags(case):
   """The tiled gradient's flags for a BWD_CASES row: its SHARED column picks the
   kernel's own shared exponential (TILE_SHIFT, on the launcher's 64 log2-unit span)."""
-  flags = {k: bool(v) for k, v in zip(BWD_FLAGS, case)}
+  flags = _bwd_flags(case)
   tile_shift = flags.pop("SHARED")
   return dict(flags, TILE_SHIFT=tile_shift, SPAN=64.0)
 
@@ -165,11 +170,10 @@ def gluon_variants():
   """(label, compile report) of the library's Gluon kernels at d = 512, bf16."""
   from benchmarks._gluon import (compile_library_forward,  # pylint: disable=g-import-not-at-top
                                  compile_library_gradient)
-  flags = lambda case: {k: bool(v) for k, v in zip(BWD_FLAGS, case)}
   for case in BWD_CASES:
-    c = dict(flags(case), D=512, HAS_MASK=case == BWD_CASES[-1])
+    c = dict(_bwd_flags(case), D=512, HAS_MASK=case == BWD_CASES[-1])
     yield f"gluon bwd {case}", compile_library_gradient("bfloat16", c)
-  c = dict(flags(BWD_CASES[0]), D=512, HAS_MASK=False)
+  c = dict(_bwd_flags(BWD_CASES[0]), D=512, HAS_MASK=False)
   yield "gluon bwd split=False", compile_library_gradient("bfloat16", dict(c, SPLIT=False))
   yield ("gluon fwd rows", compile_library_gradient(
       "bfloat16", dict(c, HAS_COL=False, WANT_SUM=True, WANT_MAX=True, SCALED=True)))
