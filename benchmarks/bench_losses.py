@@ -61,6 +61,12 @@ for _name in ("clip", "lit", "qwen3", "qwen3_qqdd", "siglip"):
   for _rows in (2048, 4096):
     LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)
 
+# The paired gradient off where the defaults pair small blocks (bwd_pair_max_batch = 0):
+# the FlashAttention-shaped (or Gluon) gradient passes at every batch.
+for _name in ("clip", "qwen3"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  LOSSES[f"{_name}_nopair"] = (_fn, _ref, _n, _arg, dict(_kw, nopair=True), _g)
+
 # A learnable temperature (a traced scalar input with a gradient, as CLIP trains it): the
 # gradient pass of x also sums c s for the temperature's gradient.
 for _name in ("clip", "lit", "qwen3"):
@@ -101,6 +107,8 @@ def _with_ladder(fn, kw, d):
   tune = {}   # KernelConfig.evolve's groups
   if kw.pop("exact", None):
     tune["algorithm"] = dict(fwd_bounded=False)
+  if kw.pop("nopair", None):
+    tune["budgets"] = dict(bwd_pair_max_batch=0)
   if (rows := kw.pop("slab_rows", None)):
     tune.setdefault("algorithm", {})["bwd_pair"] = True
     tune["budgets"] = dict(min_slab_rows=rows)
@@ -192,7 +200,7 @@ def bench_memeff(writer, name, b, d, reps):
   import memeff  # pylint: disable=g-import-not-at-top
   r = Result(name, "memeff", b, d, "bfloat16")
   kw = dict(LOSSES[name][4])
-  if "one_block" in kw or "where" in kw or "slab_rows" in kw or "temperature" in kw:
+  if any(k in kw for k in ("one_block", "where", "slab_rows", "nopair", "temperature")):
     r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget, learnable "
               "temperature)")
     writer.add(r)

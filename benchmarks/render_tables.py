@@ -457,13 +457,22 @@ class Link(str):
     return f"![{self.alt}]({os.path.relpath(str(self), directory)})"
 
 
+STACKS = {"jt04": "jax-triton 0.4.1 + Triton 3.9"}   # a prefix's stack tag -> its name
+
+
+def gpu_label(prefix: str) -> str:
+  """A plot title's GPU: "h200" -> "H200", "h100_jt04" -> "H100, jax-triton 0.4.1 + Triton 3.9"."""
+  gpu, _, stack = prefix.partition("_")
+  return gpu.upper() + (f", {STACKS.get(stack, stack)}" if stack else "")
+
+
 def sections(results: str, prefix: str, plots: str, later: list[str],
              draw: bool) -> dict[str, str]:
   """"kind:name" of a marker -> its new content, for the sections whose CSVs exist."""
   path = lambda name: os.path.join(results, f"{prefix}_{name}.csv")
   have = lambda *names: all(os.path.exists(path(n)) for n in names)
   link = Link
-  gpu = prefix.upper()
+  gpu = gpu_label(prefix)
   out = {}
   if have("headline_triton", "headline_memeff"):
     out["table:headline"] = headline(read(path("headline_triton"), path("headline_memeff")))
