@@ -67,6 +67,12 @@ for _name in ("clip", "qwen3"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   LOSSES[f"{_name}_nopair"] = (_fn, _ref, _n, _arg, dict(_kw, nopair=True), _g)
 
+# The rows' gradient formed in the forward (Algorithm.fwd_row_grad) where the defaults
+# leave it off (d_pad > 512: the tiled gradient's slabs form it).
+for _name in ("lit", "lit_qwen3"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  LOSSES[f"{_name}_rowgrad"] = (_fn, _ref, _n, _arg, dict(_kw, rowgrad=True), _g)
+
 # A learnable temperature (a traced scalar input with a gradient, as CLIP trains it): the
 # gradient pass of x also sums c s for the temperature's gradient.
 for _name in ("clip", "lit", "qwen3"):
@@ -107,6 +113,8 @@ def _with_ladder(fn, kw, d):
   tune = {}   # KernelConfig.evolve's groups
   if kw.pop("exact", None):
     tune["algorithm"] = dict(fwd_bounded=False)
+  if kw.pop("rowgrad", None):
+    tune["algorithm"] = dict(fwd_row_grad=True)
   if kw.pop("nopair", None):
     tune["budgets"] = dict(bwd_pair_max_batch=0)
   if (rows := kw.pop("slab_rows", None)):
@@ -200,7 +208,8 @@ def bench_memeff(writer, name, b, d, reps):
   import memeff  # pylint: disable=g-import-not-at-top
   r = Result(name, "memeff", b, d, "bfloat16")
   kw = dict(LOSSES[name][4])
-  if any(k in kw for k in ("one_block", "where", "slab_rows", "nopair", "temperature")):
+  if any(k in kw for k in ("one_block", "where", "slab_rows", "nopair", "rowgrad",
+                           "temperature")):
     r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget, learnable "
               "temperature)")
     writer.add(r)

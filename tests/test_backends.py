@@ -443,9 +443,11 @@ def test_rows_gradient_from_the_forward(monkeypatch, family, floor):
                                rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("family,t", [("lit", 0.07), ("qwen3", 0.07), ("lit_qwen3", 0.07),
-                                      ("lit", 0.005)])
-def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
+@pytest.mark.parametrize("family,t,tiled", [("lit", 0.07, False), ("qwen3", 0.07, False),
+                                            ("lit_qwen3", 0.07, False), ("lit", 0.005, False),
+                                            ("lit", 0.07, True), ("qwen3", 0.07, True),
+                                            ("lit", 0.005, True)])
+def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t, tiled):
   # Algorithm.fwd_row_grad on the Triton kernels (Triton's interpreter): the
   # FlashAttention-shaped gradient kernel with the bounded shift for every lse also sums
   # each row's coefficients (and the largest kept s) in the forward
@@ -453,7 +455,9 @@ def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
   # where=, Qwen3's thresholds and q-q / d-d blocks, a batch of several tiles, two
   # feature chunks a program (the saved gradient's float16 rows scaled chunk by chunk);
   # at t = 0.005 LiT's unaligned rows fall below the bounded floor and the exact rerun
-  # runs.
+  # runs. tiled: the tiled gradient's coefficient slabs (Algorithm.bwd_tiled, the
+  # defaults above d_pad = 512) form it instead, in slabs of 32 rows (each slab's rows
+  # scaled to float16 as it is multiplied in).
   from memeff_jax.backends.triton import backward
   from tests.support.data import qwen3_batch, where_mask
   from tests.support.families import FAMILIES
@@ -469,12 +473,14 @@ def test_rows_gradient_in_the_forward_interpreted(monkeypatch, family, t):
                       call(*a, name=name, **k))
   jax.clear_caches()
   cfg = triton_backend.TritonBackend(interpret=True).default_config(d, dtype).evolve(
-      algorithm=dict(fwd_row_grad=True, fwd_tiled=True),
-      bwd=dict(block_m=32, block_n=32, block_do=16))
+      algorithm=dict(fwd_row_grad=True, fwd_tiled=True, bwd_tiled=tiled),
+      bwd=dict(block_m=32, block_n=32, block_do=16),
+      budgets=dict(min_slab_rows=32, slab_kib=b * 32 * 2 // 1024 + 1) if tiled else {})
   check_rows_in_forward(
       monkeypatch, fam, arrays, w,
       lambda *a, **k: fam.reference_with_stats(*[v[w] for v in a], **fam.options, **k)[0],
       names, backend="interpret", cfg=cfg, t=t, dtype=dtype, rerun=t < 0.01)
+  assert ("memeff/lse_fwd_rows_tiled" in names) == tiled, names
 
 
 @pytest.mark.parametrize("block_m,block_n", [(16, 32), (32, 16), (64, 64), (128, 64)])

@@ -514,13 +514,14 @@ def test_gluon_forward_where_the_defaults_take_it(monkeypatch, gluon):
 
 @pytest.mark.parametrize("gluon", [True, False], ids=["gluon", "no_gluon"])
 def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gluon):
-  # Algorithm.fwd_row_grad, on in the 16-bit defaults at d_pad <= 512: a default training
-  # step's one-sided bfloat16 block forms its rows' gradient in the forward
+  # Algorithm.fwd_row_grad, on in the 16-bit defaults: a default training step's
+  # one-sided bfloat16 block forms its rows' gradient in the forward
   # (backward.lse_fwd_rows: the FlashAttention-shaped gradient kernel with the sums of c,
   # and their maxima for the stats; grad_gluon's at d = 512 where the Gluon Hopper
-  # kernels can be launched, stood in for), and its backward has no rows' pass: LiT none
-  # at all, Qwen3 its documents' only. Not CLIP (two-sided), not at d = 1024 (the tiled
-  # gradient), not float16, not with fwd_row_grad=False. Launch names and flags only.
+  # kernels can be launched, stood in for; the tiled gradient's slabs at d = 1024), and
+  # its backward has no rows' pass: LiT none at all, Qwen3 its documents' only. Not CLIP
+  # (two-sided), not Qwen3 at d = 1024 (its queries pair with its documents), not
+  # float16, not with fwd_row_grad=False. Launch names and flags only.
   seen = []
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
@@ -551,10 +552,16 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
       assert len(rows_pass(got)) == 1, got
       cols = [k for k in got if k[0] == grad_name and k[1:3] == (False, True)]
       assert len(cols) == (fn is mj.qwen3_loss), got
-  assert not fused(step(mj.clip_loss, 512)) and not fused(step(mj.lit_loss, 1024))
+  for fn, stats in ((mj.lit_loss, False), (mj.lit_loss_with_stats, True)):
+    got = step(fn, 1024, stats)
+    assert fused(got) == [("memeff/lse_fwd_rows_tiled", True, False, True, stats)], got
+    # (the exact fallback's rows' gradient: the tiled gradient's slabs, in the loop of at
+    # most one trip)
+    assert [k[0] for k in got].count("memeff/tile_coef_bwd") == 1, got
+  assert not fused(step(mj.clip_loss, 512)) and not fused(step(mj.qwen3_loss, 1024))
   assert not fused(step(mj.lit_loss, 512, dtype=jnp.float16))   # (bfloat16 only)
   assert not fused(step(mj.lit_loss, 256, dtype=jnp.float32))
-  for d in (128, 512):
+  for d in (128, 512, 1024):
     cfg = launch.TritonBackend().default_config(d, jnp.bfloat16)
     assert cfg.algorithm.fwd_row_grad
     assert not fused(step(mj.lit_loss, d, config=cfg.evolve(algorithm=dict(fwd_row_grad=False))))

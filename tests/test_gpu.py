@@ -119,15 +119,17 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
 
 
 @pytest.mark.parametrize("loss,d", [("clip", 128), ("clip", 512), ("qwen3", 512),
-                                    ("clip", 1024)])
+                                    ("clip", 1024), ("lit", 1024)])
 def test_deterministic(loss, d):
   # d <= 512: tiled forward, FlashAttention-shaped gradient; d = 1024: both tiled, the
-  # gradient paired (three coefficient slabs at this batch).
+  # gradient paired (three coefficient slabs at this batch); LiT at d = 1024: the rows'
+  # gradient from the forward's coefficient slabs.
   b = 8192 + 37
   x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
   fn = {"clip": lambda x, y: mj.clip_loss(x, y, backend="triton", deterministic=True),
         "qwen3": lambda x, y: mj.qwen3_loss(x, y, use_qq_negatives=True, use_dd_negatives=True,
-                                            backend="triton", deterministic=True)}[loss]
+                                            backend="triton", deterministic=True),
+        "lit": lambda x, y: mj.lit_loss(x, y, backend="triton", deterministic=True)}[loss]
   step = jax.jit(jax.value_and_grad(fn, argnums=(0, 1)))
   runs = [jax.tree.map(np.asarray, step(x, y)) for _ in range(5)]
   for r in runs[1:]:
@@ -631,7 +633,8 @@ def test_gluon_rows_in_forward_triton(monkeypatch, family, b, masked, dtype, t):
 _ROWS_TRITON_CASES = [(f, d, 2085, False, 0.07) for f in ("lit", "qwen3")
                       for d in (64, 128, 256, 512)] + [
     ("lit_qwen3", 128, 300, True, 0.05), ("qwen3", 256, 300, True, 0.05),
-    ("lit", 200, 700, False, 0.005)]
+    ("lit", 200, 700, False, 0.005), ("lit", 1024, 2085, False, 0.07),
+    ("lit_qwen3", 768, 300, True, 0.05), ("lit", 1000, 700, False, 0.005)]
 
 
 @pytest.mark.parametrize("family,d,b,masked,t", _ROWS_TRITON_CASES,
@@ -643,7 +646,9 @@ def test_rows_in_forward_triton_kernel(monkeypatch, family, d, b, masked, t):
   # the defaults take them): LiT's rows and Qwen3's queries (thresholds, q-q / d-d
   # blocks) in a batch of no whole tile (2085), column splits and where= (300 rows), an
   # unaligned feature size whose LiT rows at t = 0.005 take the exact rerun
-  # (tests/support/rows_forward.py says what is checked).
+  # (tests/support/rows_forward.py says what is checked). Above d_pad = 512 the tiled
+  # gradient's coefficient slabs form it (LiT's and LiT-Qwen3's rows; Qwen3's queries
+  # pair with its documents there, so they take no rows' forward).
   dtype = jnp.bfloat16
   cfg = launch.TritonBackend().default_config(d, dtype).evolve(
       bwd=dict(gluon=False), algorithm=dict(fwd_row_grad=True),
@@ -651,7 +656,8 @@ def test_rows_in_forward_triton_kernel(monkeypatch, family, d, b, masked, t):
   fam, arrays, w, ref_fn, names = _gluon_case(monkeypatch, family, b, d, masked, dtype)
   check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, backend="triton",
                         cfg=cfg, t=t, dtype=dtype, rerun=t < 0.01)
-  assert "memeff/lse_fwd_rows" in names and "memeff/lse_fwd_rows_gluon" not in names, names
+  name = "memeff/lse_fwd_rows" + ("_tiled" if d > 512 else "")
+  assert name in names and "memeff/lse_fwd_rows_gluon" not in names, names
 
 
 @pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])

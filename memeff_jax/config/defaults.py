@@ -35,7 +35,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   forward, half-height tiles and no bounded forward. ``Algorithm.matryoshka_per_dim``
   holds the default of the losses' ``matryoshka_per_dim=`` keyword: one plain block
   per dim except fp32 at d_pad > 256 (the interpreter: one block for every dim).
-  16-bit inputs at d_pad <= 512 form a one-sided block's rows' gradient in its forward
+  16-bit inputs form a one-sided block's rows' gradient in its forward
   (``Algorithm.fwd_row_grad``; bfloat16 only, ``TritonBackend.fuses_rows``). The
   measurements behind each row are in docs/benchmarks.md.
 
@@ -67,10 +67,14 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   # 23.92, 50.36 -> 45.26 (Triton 3.9, D <= 256: LiT 5.46 -> 2.95, 6.55 -> 4.20, 10.88
   # -> 6.84; Qwen3 10.70 -> 7.66, 16.01 -> 13.23, 20.11 -> 16.08); memory unchanged; the
   # gradients within every 16-bit test's bound (h200_fwd_row_grad.csv run 6,
-  # h200_rows_forward_accuracy.csv).
+  # h200_rows_forward_accuracy.csv). Above d_pad = 512 the tiled gradient's coefficient
+  # slabs form it (one H100, both stacks: LiT D = 1024 64.1 -> 40.9 ms, D = 768 49.5 ->
+  # 33.3, LiT-Qwen3 64.4 -> 41.4 and 50.9 -> 33.8, LiT at B = 16384, D = 1024 3.79 ->
+  # 2.80 on Triton 3.9, the same within 2% on 3.6; memory unchanged;
+  # h100_rows_forward_tiled.csv).
   cfg = _h100_config(d_pad, wide).evolve(
       algorithm=dict(fwd_bounded=not wide, matryoshka_per_dim=not wide or d_pad <= 256,
-                     fwd_row_grad=not wide and d_pad <= 512))
+                     fwd_row_grad=not wide))
   if tma and not wide and d_pad in (256, 512):
     # B = 65536, jax-triton 0.4.1 + Triton 3.9, fwd+bwd: CLIP D = 512 51.4 -> 44.9 ms,
     # D = 256 22.3 -> 21.0 (LiT 12.7 -> 11.8). One role at 512 on these tiles: LiT

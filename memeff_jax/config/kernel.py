@@ -205,11 +205,11 @@ class Algorithm(_Group):
       log-sum-exps: one similarity pass fewer); it is saved, O(n d), and the backward
       scales it by the rows' cotangents (docs/math.md §3). Where the backend has that
       kernel (the Triton backend: its FlashAttention-shaped gradient, ``grad_gluon``'s
-      or ``grad_bwd``'s, for bfloat16 with the bounded forward); otherwise ignored.
-      ``default_config`` turns it on for 16-bit inputs at d_pad <= 512, where it was
-      timed (d_pad 64-512). The saved gradient is float16 by row scales
-      (``backends.base.scale_rows``): rounded to 16 bits once, in the backward, as by the
-      gradient pass.
+      or ``grad_bwd``'s, or the tiled gradient's coefficient slabs with ``bwd_tiled``,
+      for bfloat16 with the bounded forward); otherwise ignored. ``default_config``
+      turns it on for 16-bit inputs (timed at d_pad 64-1024). The saved gradient is
+      float16 by row scales (``backends.base.scale_rows``): rounded to 16 bits once, in
+      the backward, as by the gradient pass.
     precision: ``tl.dot`` input precision for fp32 inputs ("tf32", "tf32x3" or
       "ieee"); 16-bit inputs ignore it.
   """

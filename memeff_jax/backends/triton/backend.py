@@ -219,17 +219,16 @@ class TritonBackend:
   def fuses_rows(self, x, y, spec) -> bool:
     """Whether ``fwd_rows`` serves this block: a plain one-sided softmax block of
     bfloat16 inputs whose config asks for it (``Algorithm.fwd_row_grad``, on in the
-    16-bit defaults at d_pad <= 512), bounded, with a FlashAttention-shaped gradient (its
-    kernel, or ``grad_gluon``'s, is the pass). (Its coefficients, up to
-    2^BOUND_HEADROOM before the rows' sums divide them out, overflow float16 tiles,
-    whose exact rerun would then always run: float16 keeps the
-    gradient pass.)"""
+    16-bit defaults), bounded: the gradient's own kernel is the pass (the
+    FlashAttention-shaped one, ``grad_gluon``'s, or the tiled gradient's coefficient
+    slabs). (Its coefficients, up to 2^BOUND_HEADROOM before the rows' sums divide them
+    out, overflow float16 tiles, whose exact rerun would then always run: float16 keeps
+    the gradient pass.)"""
     if not (spec.reduction.name == _SOFTMAX and spec.dims is None and not spec.two_sided
             and not spec.symmetric and jnp.dtype(x.dtype) == jnp.bfloat16
             and y.dtype == x.dtype):
       return False
-    alg = self.plan(spec, x).config.algorithm
-    return alg.fwd_row_grad and self.plan(spec, x).bounded and not alg.bwd_tiled
+    return self.plan(spec, x).config.algorithm.fwd_row_grad and self.plan(spec, x).bounded
 
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):
     """The bounded row statistics and the rows' unit-cotangent gradient from one pass

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from memeff_jax import _compat
-from memeff_jax.backends.base import scale_rows
+from memeff_jax.backends.base import rows_dtype, scale_rows
 from memeff_jax.backends.triton.call import (LN2, LOG2E, bias_args, call, cdiv, chunks,
                                              dot_precision, offsets as stack_offsets,
                                              prefix_args, slab_loop, slab_rows, splits)
@@ -219,7 +219,8 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
       dx_i = scale sum_j c_ij y_j,      cs_i = sum_j c_ij s_ij   (each / l_i: the unit ones)
 
   in one pass of the rows' gradient kernel (``grad_gluon``'s where ``fwd_rows_gluon``,
-  else ``grad_bwd``'s FlashAttention-shaped one, as the config's tiles say): its
+  else ``grad_bwd``'s FlashAttention-shaped one, as the config's tiles say, or its
+  coefficient slabs where the gradient is tiled, ``Algorithm.bwd_tiled``): its
   coefficient with every row's lse replaced by the bounded forward's shift
   (``forward.BOUND_HEADROOM``; ``ring.forward_rows`` checks ``fwd_floor`` and reruns
   exactly). max_row: the largest kept logit (entries
@@ -244,11 +245,15 @@ def lse_fwd_rows(x, y, scale, row_thr, offsets, *, exclude_self, want_cs, want_m
   flags = dict(HAS_MASK=masks is not None, HAS_ROW=True, HAS_COL=False,
                ROW_THR=row_thr is not None, COL_THR=False, EXCLUDE_SELF=exclude_self,
                SHARED=False, SIGMOID=False, PRECISION=config.algorithm.precision)
-  coefs = Coefs((lse2, jnp.ones((n,), f32), thr, dummy, dummy, dummy), flags, scal, None)
+  coefs = Coefs((lse2, jnp.ones((n,), f32), thr, dummy, dummy, dummy), flags, scal,
+                jnp.ones((), f32))
   c = BwdCall(exclude_self, want_cs, jnp.float16, config, interpret, masks=masks)
   if gluon:
     dx, cs, l, s_max = _lse_bwd_gluon(x, y, offsets, coefs, c, rows_fwd=True,
                                       want_max=want_max)
+  elif c.tiled:
+    dx, cs, l, s_max = _lse_bwd_tiled(x, y, scale, offsets, coefs, rows_fwd=True,
+                                      want_max=want_max, **c.options())
   else:
     d = x.shape[1]
     feats = _Features(*chunks(d, config.bwd.block_d), *chunks(d, config.bwd.block_do))
@@ -320,13 +325,16 @@ def _lse_bwd_fa(x, y, offsets, coefs: Coefs, feats: _Features, *, rows_fwd=False
   return out + ((jnp.max(s_max, axis=0) if want_max else None),)
 
 
-def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
+def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, *, rows_fwd=False, want_max=False,
+                   **options):
   """lse_bwd as slabs: coefficient slabs from GEMM tiles (grad_bwd._tile_coef_bwd_kernel),
   then dx[slab] = scale * g_max * c[slab] @ y as XLA dots (Matryoshka: slab k times
   feature segment k of y). ``coefs`` comes from lse_bwd, as for the FlashAttention-shaped
   kernel. ``pair`` (None, or the columns' ``(want_cs, out_dtype)``): the same slabs
   also give the columns' gradient, dy += scale * g_max * c[slab]^T @ x[slab], and their
-  sums of c s. ``options``: the fields of ``BwdCall``."""
+  sums of c s. ``rows_fwd`` (``lse_fwd_rows``, a plain block): dx as ``base.scale_rows``
+  gives it, slab by slab (a pair), and also the rows' sums of c [n] and (``want_max``)
+  largest kept s [n] or None. ``options``: the fields of ``BwdCall``."""
   c = BwdCall(**options)
   config, prefix, pair, want_cs = c.config, c.prefix, c.pair, c.want_cs
   side_stats, flags, scal, g_max = coefs.side_stats, coefs.flags, coefs.scal, coefs.g_max
@@ -346,9 +354,11 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
                    min_rows=config.budgets.min_slab_rows)
   want_cs_col = pair is not None and pair[0]
   sigmoid = flags["SIGMOID"]
+  sums = sigmoid or rows_fwd
   # Both roles: one exponential per entry, on a shift each tile picks (TILE_SHIFT).
   tile_flags = {f: v for f, v in flags.items() if f != "SHARED"}
   tile_flags["TILE_SHIFT"] = flags["HAS_ROW"] and flags["HAS_COL"]
+  tile_flags["WANT_CS"] = want_cs
   tile_flags["FWD"] = c.fwd
   # FWD: the sigmoid epilogue in column chunks of at most EPI_ENTRIES entries a thread
   tile_flags["EPI_SPLIT"] = min(4, max(1, bm * bn // (32 * config.bwd.num_warps *
@@ -357,7 +367,7 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   per_row = lambda want: jax.ShapeDtypeStruct((k, col_tiles, rows) if want else (1,), f32)
   out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype), per_row(want_cs),
                 jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32),
-                per_row(sigmoid), per_row(c.fwd), per_row(c.fwd)]
+                per_row(sums), per_row(c.fwd), per_row(c.fwd or want_max)]
   precision = dot_precision(config, c_dtype)
   y_dot = y.astype(c_dtype)
   padded = cdiv(n, rows) * rows
@@ -373,16 +383,21 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
   tile_scal = jnp.stack([scal[0], scal[3]])
 
   def body(r0, carry):
-    dx, cs, dy, cs_col, c1, sp, mx = carry
+    dx, big, cs, dy, cs_col, c1, sp, mx = carry
     coef, cs_part, cs_col_part, c1_part, sp_part, mx_part = call(
         _tile_coef_bwd_kernel, x, y, tile_scal, stack_offsets(offsets, r0), *side_stats,
         x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
         num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
-        name="memeff/tile_coef_bwd", interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
+        name="memeff/lse_fwd_rows_tiled" if rows_fwd else "memeff/tile_coef_bwd",
+        interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
-        WANT_CS_COL=want_cs_col, SPAN=SHARED_SPAN, **tile_flags)
+        WANT_CS_COL=want_cs_col, SPAN=SHARED_SPAN, WANT_SUM=rows_fwd, WANT_MAX=want_max,
+        **tile_flags)
     part = jnp.concatenate([times(coef[i], y_dot[:, lo:hi], ((1,), (0,)))
                             for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
+    if rows_fwd:
+      part, part_big = scale_rows(part, x.dtype)
+      big = jax.lax.dynamic_update_slice(big, part_big, (r0, 0))
     dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
     if want_cs:
       cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=1) * g_max, (0, r0))
@@ -392,23 +407,28 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, **options):
                                  for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
     if want_cs_col:
       cs_col = cs_col + jnp.sum(cs_col_part, axis=1) * g_max
-    if sigmoid:
+    if sums:
       c1 = jax.lax.dynamic_update_slice(c1, jnp.sum(c1_part, axis=1) * g_max, (0, r0))
     if c.fwd:   # (natural units, as lse_fwd gives them)
       sp = jax.lax.dynamic_update_slice(sp, jnp.sum(sp_part, axis=1), (0, r0))
-      mx = jax.lax.dynamic_update_slice(mx, jnp.max(mx_part, axis=1) * LN2, (0, r0))
-    return dx, cs, dy, cs_col, c1, sp, mx
+    if c.fwd or want_max:   # (FWD: z, natural units; else s)
+      mx = jax.lax.dynamic_update_slice(
+          mx, jnp.max(mx_part, axis=1) * (LN2 if c.fwd else 1.0), (0, r0))
+    return dx, big, cs, dy, cs_col, c1, sp, mx
 
   per_row = lambda want: jnp.zeros((k, padded), f32) if want else None
   init = _compat.vary_like(
-      (jnp.zeros((padded, d), c.out_dtype), per_row(want_cs),
+      (jnp.zeros((padded, d), rows_dtype(x.dtype) if rows_fwd else c.out_dtype),
+       jnp.ones((padded, 1), f32) if rows_fwd else None, per_row(want_cs),
        jnp.zeros((m, d), f32) if pair is not None else None,
-       jnp.zeros((k, m), f32) if want_cs_col else None, per_row(sigmoid), per_row(c.fwd),
-       per_row(c.fwd)),
+       jnp.zeros((k, m), f32) if want_cs_col else None, per_row(sums), per_row(c.fwd),
+       per_row(c.fwd or want_max)),
       x, y, scale, *offsets, *side_stats, xb, yb, scal)
-  dx, cs, dy, cs_col, c1, sp, mx = slab_loop(n, rows, body, init)
+  dx, big, cs, dy, cs_col, c1, sp, mx = slab_loop(n, rows, body, init)
   unk = lambda v, cut: v[0, :cut] if prefix is None else v[:, :cut]
   dx, cs = dx[:n], (unk(cs, n) if want_cs else None)
+  if rows_fwd:
+    return (dx, big[:n]), cs, unk(c1, n), (unk(mx, n) if want_max else None)
   out = (dx, cs) if pair is None else (
       dx, cs, dy.astype(pair[1]), (unk(cs_col, m) if want_cs_col else None))
   out += (unk(c1, n),) if sigmoid else ()

@@ -323,9 +323,11 @@ def _tile_coef_bwd_kernel(
     c_ptr,                     # [K, R, m] coefficient slabs (see below) / g_max
     cs_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij s^k_ij / g_max
     cs_col_ptr,                # [K, R / BLOCK_M, m] fp32: per-tile sum_i c^k_ij s^k_ij / g_max
-    c1_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij / g_max (SIGMOID)
+    c1_ptr,                    # [K, column tiles, R] fp32: per-tile sum_j c^k_ij / g_max
+                               # (SIGMOID, WANT_SUM)
     sp_ptr, mx_ptr,            # [column tiles, R] fp32: per-tile sum_j softplus(z_ij + b) and
-                               # max_j z_ij (log2 units), kept entries (FWD)
+                               # max_j z_ij (log2 units), kept entries (FWD); WANT_MAX:
+                               # mx the per-tile max_j s_ij of the entries with c > 0
     # constexprs
     D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     NUM_K: tl.constexpr, HAS_ROW: tl.constexpr, HAS_COL: tl.constexpr,
@@ -333,7 +335,8 @@ def _tile_coef_bwd_kernel(
     WANT_CS: tl.constexpr, WANT_CS_COL: tl.constexpr, PRECISION: tl.constexpr,
     K: tl.constexpr, SEGS: tl.constexpr, HAS_TAB: tl.constexpr, HAS_MASK: tl.constexpr,
     TILE_SHIFT: tl.constexpr, SPAN: tl.constexpr, SIGMOID: tl.constexpr,
-    FWD: tl.constexpr = False, EPI_SPLIT: tl.constexpr = 1,
+    FWD: tl.constexpr = False, EPI_SPLIT: tl.constexpr = 1, WANT_SUM: tl.constexpr = False,
+    WANT_MAX: tl.constexpr = False,
 ):
   """One [BLOCK_M, BLOCK_N] tile of the softmax coefficients of a slab of R rows.
 
@@ -361,9 +364,14 @@ def _tile_coef_bwd_kernel(
   with sigmoid(z + b) from the same exponential (``sigmoid_softplus``): the gradient
   for the row cotangents g_r computed in the forward pass (``fwd_grad``), in
   EPI_SPLIT column chunks (``fwd_epilogue``).
+
+  WANT_SUM / WANT_MAX (a plain block; ``lse_fwd_rows`` on the tiled gradient): the
+  per-tile row sums of c and maxima of the kept s, as the FlashAttention-shaped
+  kernel's ``rows_fwd`` gives them.
   """
   tl.static_assert(BLOCK_K >= 16)  # tl.dot
   tl.static_assert(not FWD or (SIGMOID and K == 1 and HAS_ROW and not HAS_COL and not ROW_THR))
+  tl.static_assert(K == 1 or not (WANT_SUM or WANT_MAX))
   pid_n = tl.program_id(1)
   scale2 = tl.load(scal_ptr)
   sbias = tl.load(scal_ptr + 1)
@@ -413,8 +421,10 @@ def _tile_coef_bwd_kernel(
       cs_base = (k * tl.num_programs(1) + pid_n) * tl.num_programs(0) * BLOCK_M
       if WANT_CS:
         tl.store(cs_ptr + cs_base + local, tl.sum(coef * s, 1))
-      if SIGMOID:
+      if SIGMOID or WANT_SUM:
         tl.store(c1_ptr + cs_base + local, tl.sum(coef, 1))
+      if WANT_MAX:   # (c > 0: the kept entries; none that matters flushes to 0)
+        tl.store(mx_ptr + cs_base + local, tl.max(tl.where(coef > 0.0, s, float("-inf")), 1))
       if WANT_CS_COL:   # rows past n have coef 0
         col_base = (k * tl.num_programs(0) + tl.program_id(0)).to(tl.int64) * m
         tl.store(cs_col_ptr + col_base + cols, tl.sum(coef * s, 0), mask=cols < m)
