@@ -61,8 +61,9 @@ for _name in ("clip", "lit", "qwen3", "qwen3_qqdd", "siglip"):
   for _rows in (2048, 4096):
     LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)
 
-# The paired gradient off where the defaults pair small blocks (bwd_pair_max_batch = 0):
-# the FlashAttention-shaped (or Gluon) gradient passes at every batch.
+# The paired gradient off (bwd_pair = False, bwd_pair_max_batch = 0): at d_pad <= 512 the
+# FlashAttention-shaped (or Gluon) gradient passes at every batch; above, one slab pass
+# per tower (Qwen3's queries: their rows' gradient from the forward).
 for _name in ("clip", "qwen3"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
   LOSSES[f"{_name}_nopair"] = (_fn, _ref, _n, _arg, dict(_kw, nopair=True), _g)
@@ -116,9 +117,11 @@ def _with_ladder(fn, kw, d):
   if kw.pop("rowgrad", None):
     tune["algorithm"] = dict(fwd_row_grad=True)
   if kw.pop("nopair", None):
+    tune["algorithm"] = dict(bwd_pair=False)
     tune["budgets"] = dict(bwd_pair_max_batch=0)
   if (rows := kw.pop("slab_rows", None)):
-    tune.setdefault("algorithm", {})["bwd_pair"] = True
+    # (fwd_row_grad off: else a one-sided block, Qwen3's, pairs by bwd_pair_max_batch only)
+    tune.setdefault("algorithm", {}).update(bwd_pair=True, fwd_row_grad=False)
     tune["budgets"] = dict(min_slab_rows=rows)
   if tune:
     def tuned(*a, config=None, **k):

@@ -170,8 +170,8 @@ def _fuses_rows(spec: BlockSpec, need, block: Block) -> bool:
   """Whether the rows' gradient comes from the forward (``Backend.fwd_rows``): the
   softmax, a plain one-sided block on one device whose rows train (LiT's, Qwen3's
   queries), where the backend offers it; not where both towers would take one paired
-  pass (``Backend.pairs``: its three GEMMs against the two of the forward's rows plus
-  two of the columns' pass)."""
+  pass (``Backend.pairs``, which weighs its three GEMMs against the two of the forward's
+  rows plus two of the columns' pass)."""
   return (spec.reduction.name == SOFTMAX.name and spec.axis_name is None and not spec.two_sided
           and not spec.symmetric and spec.dims is None and spec.cast is None and need.x
           and not (need.y and spec.backend.pairs(block.x, block.y, spec))

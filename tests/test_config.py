@@ -519,9 +519,10 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
   # (backward.lse_fwd_rows: the FlashAttention-shaped gradient kernel with the sums of c,
   # and their maxima for the stats; grad_gluon's at d = 512 where the Gluon Hopper
   # kernels can be launched, stood in for; the tiled gradient's slabs at d = 1024), and
-  # its backward has no rows' pass: LiT none at all, Qwen3 its documents' only. Not CLIP
-  # (two-sided), not Qwen3 at d = 1024 (its queries pair with its documents), not
-  # float16, not with fwd_row_grad=False. Launch names and flags only.
+  # its backward has no rows' pass: LiT none at all, Qwen3 its documents' only (at
+  # d = 1024 too, where the defaults pair two-sided blocks: TritonBackend.pairs). Not
+  # CLIP (two-sided), not float16, not with fwd_row_grad=False (Qwen3 at d = 1024 then
+  # pairs). Launch names and flags only.
   seen = []
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
@@ -552,13 +553,22 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
       assert len(rows_pass(got)) == 1, got
       cols = [k for k in got if k[0] == grad_name and k[1:3] == (False, True)]
       assert len(cols) == (fn is mj.qwen3_loss), got
-  for fn, stats in ((mj.lit_loss, False), (mj.lit_loss_with_stats, True)):
+  tiles = lambda got, role: [k for k in got if k[0] == "memeff/tile_coef_bwd" and
+                             k[1:3] == role]
+  for fn, stats in ((mj.lit_loss, False), (mj.lit_loss_with_stats, True),
+                    (mj.qwen3_loss, False)):
     got = step(fn, 1024, stats)
     assert fused(got) == [("memeff/lse_fwd_rows_tiled", True, False, True, stats)], got
     # (the exact fallback's rows' gradient: the tiled gradient's slabs, in the loop of at
-    # most one trip)
-    assert [k[0] for k in got].count("memeff/tile_coef_bwd") == 1, got
-  assert not fused(step(mj.clip_loss, 512)) and not fused(step(mj.qwen3_loss, 1024))
+    # most one trip; Qwen3's documents: the columns' slabs, unpaired)
+    assert len(tiles(got, (True, False))) == 1, got
+    assert len(tiles(got, (False, True))) == (fn is mj.qwen3_loss), got
+  assert not fused(step(mj.clip_loss, 512))
+  unfused = step(mj.qwen3_loss, 1024, config=launch.TritonBackend().default_config(
+      1024, jnp.bfloat16).evolve(algorithm=dict(fwd_row_grad=False)))
+  # (paired: one launch of the rows' role serves both towers, no columns' one)
+  assert not fused(unfused) and len(tiles(unfused, (True, False))) == 1, unfused
+  assert not tiles(unfused, (False, True)), unfused
   assert not fused(step(mj.lit_loss, 512, dtype=jnp.float16))   # (bfloat16 only)
   assert not fused(step(mj.lit_loss, 256, dtype=jnp.float32))
   for d in (128, 512, 1024):

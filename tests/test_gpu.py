@@ -119,11 +119,12 @@ def test_launchers_vs_dense(tiled, d, two_sided, masked):
 
 
 @pytest.mark.parametrize("loss,d", [("clip", 128), ("clip", 512), ("qwen3", 512),
-                                    ("clip", 1024), ("lit", 1024)])
+                                    ("clip", 1024), ("lit", 1024), ("qwen3", 1024)])
 def test_deterministic(loss, d):
   # d <= 512: tiled forward, FlashAttention-shaped gradient; d = 1024: both tiled, the
-  # gradient paired (three coefficient slabs at this batch); LiT at d = 1024: the rows'
-  # gradient from the forward's coefficient slabs.
+  # gradient paired (three coefficient slabs at this batch); LiT's and Qwen3's queries
+  # at d = 1024: the rows' gradient from the forward's coefficient slabs (Qwen3's
+  # documents: their own slabs).
   b = 8192 + 37
   x, y = features(0, [(b, d), (b, d)], jnp.bfloat16)
   fn = {"clip": lambda x, y: mj.clip_loss(x, y, backend="triton", deterministic=True),
@@ -372,12 +373,14 @@ def test_paired_gradient_triton(family, b, d, dims, tiled, dtype):
   # KernelConfig(bwd_pair=True): both towers' gradients from one set of coefficient
   # slabs (tiled gradient; Matryoshka's suffix sums in one block), against the float64
   # reference. tiled=False: bwd_pair on the FlashAttention-shaped defaults (the paired
-  # gradient's own tiles, paired_config).
+  # gradient's own tiles, paired_config). fwd_row_grad off, so that Qwen3's one-sided
+  # block pairs too.
   fn, ref, kw = {
       "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
                 dict(use_qq_negatives=True, margin=0.05))}[family]
-  cfg = _cfg(d, dtype).evolve(algorithm=dict(bwd_tiled=tiled, bwd_pair=True))
+  cfg = _cfg(d, dtype).evolve(algorithm=dict(bwd_tiled=tiled, bwd_pair=True,
+                                              fwd_row_grad=False))
   per_dim = None if dims is None else False
   arrays = (qwen3_batch(b, b, d, 3, dtype) if family == "qwen3" else
             features(b + d, [(b, d), (b, d)], dtype))

@@ -192,7 +192,10 @@ class Algorithm(_Group):
     bwd_tiled: the gradient as slabs of coefficient tiles multiplied in by an XLA dot;
       otherwise the FlashAttention-shaped pass with the accumulator in registers.
     bwd_pair: a block whose two towers both need a gradient takes the tiled gradient
-      and multiplies each coefficient slab into both (``c @ y`` and ``c^T @ x``).
+      and multiplies each coefficient slab into both (``c @ y`` and ``c^T @ x``); a
+      one-sided block whose rows' gradient its forward forms (``fwd_row_grad``, one
+      device) does so only within ``Budgets.bwd_pair_max_batch`` (the rows' forward and
+      a columns' pass are faster elsewhere): turn ``fwd_row_grad`` off to pair it.
     matryoshka_per_dim: deprecated, the losses' ``matryoshka_per_dim=`` keyword
       replaces it: a Matryoshka loss runs one plain block per dim on that dim's
       renormalized prefixes (copies), instead of one block whose feature walk serves

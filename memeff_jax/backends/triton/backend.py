@@ -188,8 +188,19 @@ class TritonBackend:
     return ((out[0] if prefix is None else prefix[2].unpad(out[0])),) + tuple(out[1:])
 
   def pairs(self, x, y, spec) -> bool:
-    """Whether ``bwd_pair`` serves this block (when both its towers need a gradient)."""
-    return self.plan(spec, x).pairs(y.shape[0])
+    """Whether ``bwd_pair`` serves this block (when both its towers need a gradient):
+    ``Algorithm.bwd_pair``, or at most ``bwd_pair_max_batch`` columns. A one-sided block
+    on one device whose forward forms its rows' gradient (``fuses_rows``) pairs by the
+    batch bound alone: its rows' forward and columns' pass beat the paired slabs above
+    d_pad = 512 and at large batches (one H100, jax-triton 0.4.1 + Triton 3.9, Qwen3 B =
+    65536: D = 1024 103.6 -> 82.2 ms and 0.99 -> 0.61 GiB, D = 768 80.3 -> 66.7,
+    ``h100_jt04_qwen3_unpaired.csv``; D = 512 39.2 with 4096-row slabs against 30.2,
+    ``h100_jt04_fast_triton.csv``), while at d_pad = 512 blocks of up to 16384 columns
+    pair faster (3.23 against 3.35 ms, ``h100_stacks_pair_dims.csv``)."""
+    p = self.plan(spec, x)
+    if spec.axis_name is None and self.fuses_rows(x, y, spec):
+      return y.shape[0] <= p.config.budgets.bwd_pair_max_batch
+    return p.pairs(y.shape[0])
 
   def fuses(self, x, y, spec) -> bool:
     """Whether ``fwd_grad`` serves this block: a plain one-sided sigmoid block that
