@@ -650,8 +650,8 @@ def test_rows_in_forward_triton_kernel(monkeypatch, family, d, b, masked, t):
   # blocks) in a batch of no whole tile (2085), column splits and where= (300 rows), an
   # unaligned feature size whose LiT rows at t = 0.005 take the exact rerun
   # (tests/support/rows_forward.py says what is checked). Above d_pad = 512 the tiled
-  # gradient's coefficient slabs form it (LiT's and LiT-Qwen3's rows; Qwen3's queries
-  # pair with its documents there, so they take no rows' forward).
+  # gradient's coefficient slabs form it (LiT's and LiT-Qwen3's rows here; Qwen3's
+  # queries there: test_qwen3_triton and test_deterministic at d = 1024).
   dtype = jnp.bfloat16
   cfg = launch.TritonBackend().default_config(d, dtype).evolve(
       bwd=dict(gluon=False), algorithm=dict(fwd_row_grad=True),
