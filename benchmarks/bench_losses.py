@@ -112,17 +112,18 @@ def _with_ladder(fn, kw, d):
   if kw.pop("one_block", None):
     kw["matryoshka_per_dim"] = False
   tune = {}   # KernelConfig.evolve's groups
+  group = lambda name: tune.setdefault(name, {})
   if kw.pop("exact", None):
-    tune["algorithm"] = dict(fwd_bounded=False)
+    group("algorithm").update(fwd_bounded=False)
   if kw.pop("rowgrad", None):
-    tune["algorithm"] = dict(fwd_row_grad=True)
+    group("algorithm").update(fwd_row_grad=True)
   if kw.pop("nopair", None):
-    tune["algorithm"] = dict(bwd_pair=False)
-    tune["budgets"] = dict(bwd_pair_max_batch=0)
+    group("algorithm").update(bwd_pair=False)
+    group("budgets").update(bwd_pair_max_batch=0)
   if (rows := kw.pop("slab_rows", None)):
     # (fwd_row_grad off: else a one-sided block, Qwen3's, pairs by bwd_pair_max_batch only)
-    tune.setdefault("algorithm", {}).update(bwd_pair=True, fwd_row_grad=False)
-    tune["budgets"] = dict(min_slab_rows=rows)
+    group("algorithm").update(bwd_pair=True, fwd_row_grad=False)
+    group("budgets").update(min_slab_rows=rows)
   if tune:
     def tuned(*a, config=None, **k):
       base = config or mj.default_config(d, a[0].dtype)
