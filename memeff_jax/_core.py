@@ -169,13 +169,11 @@ def _fuses(spec: BlockSpec, need, block: Block, row_thr) -> bool:
 def _fuses_rows(spec: BlockSpec, need, block: Block) -> bool:
   """Whether the rows' gradient comes from the forward (``Backend.fwd_rows``): the
   softmax, a plain one-sided block on one device whose rows train (LiT's, Qwen3's
-  queries), where the backend offers it; not where both towers would take one paired
-  pass (``Backend.pairs``, which weighs its three GEMMs against the two of the forward's
-  rows plus two of the columns' pass)."""
+  queries), where the backend offers it (``fuses_rows``, told whether the columns train
+  too: it weighs the forward's rows plus the columns' pass against its paired pass)."""
   return (spec.reduction.name == SOFTMAX.name and spec.axis_name is None and not spec.two_sided
           and not spec.symmetric and spec.dims is None and spec.cast is None and need.x
-          and not (need.y and spec.backend.pairs(block.x, block.y, spec))
-          and spec.backend.fuses_rows(block.x, block.y, spec))
+          and spec.backend.fuses_rows(block.x, block.y, spec, y_trains=need.y))
 
 
 def _rows_scaled(spec: BlockSpec, need, block: Block, scale, row_thr, lse_row, rows, g_row):

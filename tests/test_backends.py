@@ -373,7 +373,7 @@ class _RowsInForward(BlockwiseBackend):
   def fwd_floor(self, x, scale, spec):
     return jnp.asarray(self.floor, jnp.float32)
 
-  def fuses_rows(self, x, y, spec):
+  def fuses_rows(self, x, y, spec, *, y_trains):
     return True
 
   def fwd_stats(self, block, scale, *, row_thr, spec, bounded=False):   # (exact either way)

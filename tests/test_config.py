@@ -520,9 +520,10 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
   # and their maxima for the stats; grad_gluon's at d = 512 where the Gluon Hopper
   # kernels can be launched, stood in for; the tiled gradient's slabs at d = 1024), and
   # its backward has no rows' pass: LiT none at all, Qwen3 its documents' only (at
-  # d = 1024 too, where the defaults pair two-sided blocks: TritonBackend.pairs). Not
-  # CLIP (two-sided), not float16, not with fwd_row_grad=False (Qwen3 at d = 1024 then
-  # pairs). Launch names and flags only.
+  # d = 1024 too, where the defaults pair two-sided blocks: TritonBackend.fuses_rows
+  # weighs the pairing). Not CLIP (two-sided), not float16, not with fwd_row_grad=False
+  # (Qwen3 at d = 1024 then pairs), not Qwen3 within bwd_pair_max_batch (paired), while
+  # LiT (its columns locked) still is there. Launch names and flags only.
   seen = []
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
@@ -532,11 +533,11 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
 
   _stand_in_hopper(monkeypatch, record, gluon=gluon)
 
-  def step(fn, d, stats=False, dtype=jnp.bfloat16, **kw):
+  def step(fn, d, stats=False, dtype=jnp.bfloat16, b=65536, **kw):
     seen.clear()
     loss = lambda *a: fn(*a, backend="triton", **kw)[0] if stats else fn(*a, backend="triton",
                                                                          **kw)
-    x = jax.ShapeDtypeStruct((65536, d), dtype)   # (not paired: > bwd_pair_max_batch)
+    x = jax.ShapeDtypeStruct((b, d), dtype)   # (b = 65536: > bwd_pair_max_batch)
     jax.eval_shape(jax.grad(loss, argnums=(0, 1)), x, x)
     return list(seen)
 
@@ -569,6 +570,11 @@ def test_rows_gradient_in_the_forward_where_the_defaults_take_it(monkeypatch, gl
   # (paired: one launch of the rows' role serves both towers, no columns' one)
   assert not fused(unfused) and len(tiles(unfused, (True, False))) == 1, unfused
   assert not tiles(unfused, (False, True)), unfused
+  bound = launch.TritonBackend().default_config(512, jnp.bfloat16).budgets.bwd_pair_max_batch
+  assert bound >= 4096
+  small = step(mj.qwen3_loss, 512, b=bound)   # (paired: the rows' role's tiles, both towers)
+  assert not fused(small) and len(tiles(small, (True, False))) == 1, small
+  assert fused(step(mj.lit_loss, 512, b=bound)), bound
   assert not fused(step(mj.lit_loss, 512, dtype=jnp.float16))   # (bfloat16 only)
   assert not fused(step(mj.lit_loss, 256, dtype=jnp.float32))
   for d in (128, 512, 1024):

@@ -637,7 +637,8 @@ _ROWS_TRITON_CASES = [(f, d, 2085, False, 0.07) for f in ("lit", "qwen3")
                       for d in (64, 128, 256, 512)] + [
     ("lit_qwen3", 128, 300, True, 0.05), ("qwen3", 256, 300, True, 0.05),
     ("lit", 200, 700, False, 0.005), ("lit", 1024, 2085, False, 0.07),
-    ("lit_qwen3", 768, 300, True, 0.05), ("lit", 1000, 700, False, 0.005)]
+    ("lit_qwen3", 768, 300, True, 0.05), ("qwen3", 1024, 300, True, 0.05),
+    ("lit", 1000, 700, False, 0.005)]
 
 
 @pytest.mark.parametrize("family,d,b,masked,t", _ROWS_TRITON_CASES,
@@ -650,8 +651,8 @@ def test_rows_in_forward_triton_kernel(monkeypatch, family, d, b, masked, t):
   # blocks) in a batch of no whole tile (2085), column splits and where= (300 rows), an
   # unaligned feature size whose LiT rows at t = 0.005 take the exact rerun
   # (tests/support/rows_forward.py says what is checked). Above d_pad = 512 the tiled
-  # gradient's coefficient slabs form it (LiT's and LiT-Qwen3's rows here; Qwen3's
-  # queries there: test_qwen3_triton and test_deterministic at d = 1024).
+  # gradient's coefficient slabs form it (LiT's and LiT-Qwen3's rows, Qwen3's queries
+  # with where=; also test_qwen3_triton and test_deterministic at d = 1024).
   dtype = jnp.bfloat16
   cfg = launch.TritonBackend().default_config(d, dtype).evolve(
       bwd=dict(gluon=False), algorithm=dict(fwd_row_grad=True),

@@ -79,7 +79,7 @@ class Tiles:
   def fuses(self, x, y, spec):
     return False
 
-  def fuses_rows(self, x, y, spec):
+  def fuses_rows(self, x, y, spec, *, y_trains):
     return False
 
   def fwd_stats(self, block, scale, *, row_thr, spec, bounded=False):

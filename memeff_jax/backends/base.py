@@ -142,9 +142,10 @@ class Backend(Protocol):
     every row, fp32 (cs where ``want_cs``, else None; csum: a biased block's rows' sums
     of c, else None)."""
 
-  def fuses_rows(self, x, y, spec) -> bool:
+  def fuses_rows(self, x, y, spec, *, y_trains: bool) -> bool:
     """Whether ``fwd_rows`` serves this block (``_core`` asks for a plain one-sided
-    softmax block on one device whose rows train)."""
+    softmax block on one device whose rows train; ``y_trains``: its columns too, so
+    that ``bwd_pair`` could serve both towers instead)."""
 
   @launches
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs) -> tuple:

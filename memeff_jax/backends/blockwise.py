@@ -143,7 +143,7 @@ class BlockwiseBackend:
   def fwd_grad(self, block: Block, scale, *, spec, want_cs):
     raise NotImplementedError("the blockwise backend has no fused gradient (fuses is False)")
 
-  def fuses_rows(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
+  def fuses_rows(self, x, y, spec, *, y_trains) -> bool:   # pylint: disable=unused-argument
     return False
 
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):

@@ -53,7 +53,7 @@ class ReferenceBackend:
   def fwd_grad(self, block: Block, scale, *, spec, want_cs):
     raise NotImplementedError("backend='reference' has no fused gradient (fuses is False)")
 
-  def fuses_rows(self, x, y, spec) -> bool:   # pylint: disable=unused-argument
+  def fuses_rows(self, x, y, spec, *, y_trains) -> bool:   # pylint: disable=unused-argument
     return False
 
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):

@@ -189,18 +189,8 @@ class TritonBackend:
 
   def pairs(self, x, y, spec) -> bool:
     """Whether ``bwd_pair`` serves this block (when both its towers need a gradient):
-    ``Algorithm.bwd_pair``, or at most ``bwd_pair_max_batch`` columns. A one-sided block
-    on one device whose forward forms its rows' gradient (``fuses_rows``) pairs by the
-    batch bound alone: its rows' forward and columns' pass beat the paired slabs above
-    d_pad = 512 and at large batches (one H100, jax-triton 0.4.1 + Triton 3.9, Qwen3 B =
-    65536: D = 1024 103.6 -> 82.2 ms and 0.99 -> 0.61 GiB, D = 768 80.3 -> 66.7,
-    ``h100_jt04_qwen3_unpaired.csv``; D = 512 39.2 with 4096-row slabs against 30.2,
-    ``h100_jt04_fast_triton.csv``), while at d_pad = 512 blocks of up to 16384 columns
-    pair faster (3.23 against 3.35 ms, ``h100_stacks_pair_dims.csv``)."""
-    p = self.plan(spec, x)
-    if spec.axis_name is None and self.fuses_rows(x, y, spec):
-      return y.shape[0] <= p.config.budgets.bwd_pair_max_batch
-    return p.pairs(y.shape[0])
+    ``Algorithm.bwd_pair``, or at most ``bwd_pair_max_batch`` columns."""
+    return self.plan(spec, x).pairs(y.shape[0])
 
   def fuses(self, x, y, spec) -> bool:
     """Whether ``fwd_grad`` serves this block: a plain one-sided sigmoid block that
@@ -227,19 +217,29 @@ class TritonBackend:
         pair=(False, f32), fwd=True)
     return lse_row, max_row, dx, cs, dy, csum
 
-  def fuses_rows(self, x, y, spec) -> bool:
+  def fuses_rows(self, x, y, spec, *, y_trains) -> bool:
     """Whether ``fwd_rows`` serves this block: a plain one-sided softmax block of
     bfloat16 inputs whose config asks for it (``Algorithm.fwd_row_grad``, on in the
     16-bit defaults), bounded: the gradient's own kernel is the pass (the
     FlashAttention-shaped one, ``grad_gluon``'s, or the tiled gradient's coefficient
     slabs). (Its coefficients, up to 2^BOUND_HEADROOM before the rows' sums divide them
     out, overflow float16 tiles, whose exact rerun would then always run: float16 keeps
-    the gradient pass.)"""
+    the gradient pass.) Where the columns train too (``y_trains``), blocks of at most
+    ``bwd_pair_max_batch`` columns take the paired pass instead, and larger ones this
+    even with ``Algorithm.bwd_pair`` on: above d_pad = 512 and at large batches the rows'
+    forward and the columns' pass beat the paired slabs (one H100, jax-triton 0.4.1 +
+    Triton 3.9, Qwen3 B = 65536: D = 1024 103.6 -> 82.2 ms and 0.99 -> 0.61 GiB, D = 768
+    80.3 -> 66.7, ``h100_jt04_qwen3_unpaired.csv``; D = 512 39.2 with 4096-row slabs
+    against 30.2, ``h100_jt04_fast_triton.csv``), while at d_pad = 512 blocks of up to
+    16384 columns pair faster (3.23 against 3.35 ms, ``h100_stacks_pair_dims.csv``)."""
     if not (spec.reduction.name == _SOFTMAX and spec.dims is None and not spec.two_sided
             and not spec.symmetric and jnp.dtype(x.dtype) == jnp.bfloat16
             and y.dtype == x.dtype):
       return False
-    return self.plan(spec, x).config.algorithm.fwd_row_grad and self.plan(spec, x).bounded
+    p = self.plan(spec, x)
+    if y_trains and y.shape[0] <= p.config.budgets.bwd_pair_max_batch:
+      return False
+    return p.config.algorithm.fwd_row_grad and p.bounded
 
   def fwd_rows(self, block: Block, scale, *, row_thr, spec, want_cs):
     """The bounded row statistics and the rows' unit-cotangent gradient from one pass
