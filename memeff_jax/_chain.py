@@ -222,17 +222,22 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   c = poison_flag(ok, axis_name)
   if c is not None:   # the feature arrays' NaN gradients; poison (below) does the rest
     arrays = [None if a is None else taint(a, c) for a in arrays]
+  # One plain block per dim (matryoshka_per_dim, resolved by its row: the keyword, else
+  # the backend's default; the blocks' config is passed on as given) renormalizes the
+  # prefixes of the rows after normalization, unrounded (fp32).
+  split = opt["matryoshka_per_dim"]
+  src = lambda a: None if not split else a if o["normalized_inputs"] else normalize(upcast(a))
   raw = list(arrays)
+  units = [None if a is None else src(a) for a in arrays]
+  scales = [None] * len(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
   elif dims is not None:   # every prefix is renormalized: each row times a power of two
     # (exact, no change to the loss) keeps its prefix norms and dots in range
-    arrays = [None if a is None else a * pow2_scale(a) for a in arrays]
-  # One plain block per dim (matryoshka_per_dim, resolved by its row: the keyword, else
-  # the backend's default; the blocks' config is passed on as given)
-  split = opt["matryoshka_per_dim"]
-  towers = [None if a is None else _tower(a, dims, r if split else None)
-            for a, r in zip(arrays, raw)]
+    scales = [None if a is None else pow2_scale(a) for a in arrays]
+    arrays = [None if a is None else a * s for a, s in zip(arrays, scales)]
+  towers = [None if a is None else _tower(a, dims, u, s)
+            for a, u, s in zip(arrays, units, scales)]
   *towers, shared = towers
   if family.negatives:
     own["shared"] = None if shared is None else shared._replace(mask_repeat=None)
@@ -345,16 +350,19 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
   return loss
 
 
-def _tower(v: jax.Array, dims, raw: jax.Array | None = None) -> Tower:
-  """raw (one block per dim): the array before normalization, whose prefixes are
-  normalized afresh (one rounding; a unit vector's prefix, renormalized, is the same),
-  from an fp32 copy: the K prefixes' cotangents sum there and round once."""
+def _tower(v: jax.Array, dims, unit: jax.Array | None = None,
+           scale: jax.Array | None = None) -> Tower:
+  """unit (one block per dim): the rows after normalization, unrounded (the unit rows in
+  fp32, or the rows as given with ``normalized_inputs``), whose prefixes are normalized
+  afresh and rounded once, so that each prefix is the one block's (``_inverse_norms``),
+  its 1e-12 clamp included; from an fp32 copy: the K prefixes' cotangents sum there and
+  round once. scale: ``pow2_scale`` of rows that ``v`` holds scaled by it."""
   v32 = v.astype(_terms.glue_dtype(v.dtype))
-  tab = None if dims is None else _inverse_norms(v32, dims)
+  tab = None if dims is None else _inverse_norms(v32, dims, scale)
   pre = pre32 = None
-  if raw is not None:
-    raw32 = upcast(raw)
-    pre = tuple(normalize(raw32[..., :m]).astype(v.dtype) for m in dims)
+  if unit is not None:
+    unit32 = upcast(unit)
+    pre = tuple(normalize(unit32[..., :m]).astype(v.dtype) for m in dims)
     pre32 = tuple(p.astype(v32.dtype) for p in pre)
   return Tower(v, v32, tab, pre, pre32)
 
@@ -381,12 +389,20 @@ def _segments(dims, v):
   return jnp.cumsum(jnp.stack(segs), axis=0)
 
 
-def _inverse_norms(v32, dims):
+def _inverse_norms(v32, dims, scale=None):
   """[K, ...] a_k = 1 / max(||v[:m_k]||, 1e-12), differentiable (the renormalization's
-  Jacobian then comes from autodiff through these tables; docs/math.md §8.2)."""
+  Jacobian then comes from autodiff through these tables; docs/math.md §8.2). scale
+  ([..., 1], a power of two): ``v32`` holds the rows v times it, and a_k = 1 /
+  max(||v32[:m_k]||, 1e-12 scale), so that v32 a_k is v's prefix clamped at its own norm
+  (as ``normalize`` clamps; 1 / (1e-12 scale) capped at the largest finite value)."""
   sq = _segments(dims, v32 * v32)
-  big = sq > 1e-24
-  return jnp.where(big, lax.rsqrt(jnp.where(big, sq, 1.0)), 1e12)
+  if scale is None:
+    big = sq > 1e-24
+    return jnp.where(big, lax.rsqrt(jnp.where(big, sq, 1.0)), 1e12)
+  s = scale[..., 0].astype(v32.dtype)
+  big = jnp.sqrt(sq) > 1e-12 * s
+  floor = jnp.minimum(1e12 / s, jnp.finfo(v32.dtype).max)
+  return jnp.where(big, lax.rsqrt(jnp.where(big, sq, 1.0)), floor)
 
 
 def _prefix_dots(a: Tower, b: Tower, dims, eq: str) -> jax.Array:

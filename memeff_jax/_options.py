@@ -122,7 +122,7 @@ TABLE = (
       loss of the kept rows alone and the removed rows' gradients are exactly zero. For
       padded last batches under jit and uneven shards (:func:`memeff_jax.sharded`
       pads and masks by itself). Its ``lse_row`` / ``lse_col`` entries are 0; no kept
-      row at all gives NaN.""",
+      row at all gives a NaN loss and zero gradients (docs/math.md §7.6).""",
            check=lambda v, c: check_where(v, c.n),
            raises=((ValueError, "a ``where`` that is not [batch]"),
                    (TypeError, "a ``where`` that is not a bool array"))),

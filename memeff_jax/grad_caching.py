@@ -18,6 +18,7 @@ and one backward. ``grad_cache`` is the functional form (params pytrees, Linen,
 
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Callable
 
@@ -136,9 +137,11 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
 
 
 def check_chunk_size(chunk_size) -> int:
-  if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+  """A positive int (a NumPy integer too, as matryoshka_dims takes), as a Python int."""
+  if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
+      or chunk_size < 1):
     raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
-  return chunk_size
+  return int(chunk_size)
 
 
 def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,

@@ -23,7 +23,7 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     L = \sum_k w_k \, \mathrm{loss\_fn}(x_{:, :m_k}, y_{:, :m_k}, \ldots)
 
   Every feature array is sliced to its first ``m_k`` features: the positional arrays
-  of rank >= 2 and ``hard_negatives=`` when passed by keyword. Everything else passes
+  of rank >= 2 and ``hard_negatives=`` / ``shared_negatives=`` when passed by keyword. Everything else passes
   through unchanged, a per-row ``tau_plus`` included (it is never sliced). The base
   loss normalizes each raw slice itself, so ``normalized_inputs=True`` is refused:
   then the value equals the fused ``matryoshka_dims`` loss in exact math. It calls
@@ -73,9 +73,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     total = 0.0
     for m, w in zip(dims, weights):
       cut = lambda f: f[..., :m] if getattr(f, "ndim", 0) >= 2 else f
-      kw = dict(kwargs)
-      if kw.get("hard_negatives") is not None:
-        kw["hard_negatives"] = cut(kw["hard_negatives"])
+      kw = {k: cut(v) if k in _FEATURE_KEYWORDS and v is not None else v
+            for k, v in kwargs.items()}
       value = loss_fn(*[cut(f) for f in features], **kw)
       if getattr(value, "shape", None) != ():
         raise TypeError(f"loss_fn must return the loss, a scalar array, got "
@@ -85,6 +84,10 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     return total
 
   return loss
+
+
+# The losses' feature arrays that may come by keyword (sliced like the positional ones).
+_FEATURE_KEYWORDS = ("hard_negatives", "shared_negatives")
 
 
 def _check_normalizes(normalized_inputs, where: str) -> None:

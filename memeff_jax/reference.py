@@ -95,7 +95,11 @@ def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays,
   a traced ``no_negatives`` (debiasing with no negatives).
   """
   loss = sum(_mean(e, valid) for e in ells) / len(ells)
-  z = lse_square_scale * sum(_mean(l * l, valid) for l in lses) / len(lses)
+  # A Python 0 switches the z-loss off (as on every backend), so that lse^2 overflowing
+  # at a tiny temperature cannot give 0 * inf; an array scale always keeps it.
+  off = isinstance(lse_square_scale, (int, float)) and lse_square_scale == 0
+  z = (jnp.zeros((), loss.dtype) if off else
+       lse_square_scale * sum(_mean(l * l, valid) for l in lses) / len(lses))
   hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
   ok = value_checks(arrays, hyper)
   if no_negatives is not None:

@@ -47,9 +47,9 @@ def test_every_family_with_dropout_and_a_remainder(family, dtype):
   _compare(family, {"f64": jnp.float64, "f32": jnp.float32}[dtype], 11, 4)
 
 
-@pytest.mark.parametrize("chunk", [1, 12, 5, 40])
+@pytest.mark.parametrize("chunk", [1, 12, 5, 40, np.int64(4)])
 def test_chunk_sizes(chunk):
-  # chunk = 1, chunk = B, a remainder, one chunk larger than the batch.
+  # chunk = 1, chunk = B, a remainder, one chunk larger than the batch, a NumPy int.
   _compare("clip", jnp.float64, 12, chunk)
 
 

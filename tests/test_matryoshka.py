@@ -241,6 +241,17 @@ def test_eager_slices_hard_negatives_by_keyword_and_not_tau():
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_eager_slices_shared_negatives_by_keyword():
+  # shared_negatives= (every query's extra columns, [n, d]) by keyword is sliced as it is
+  # positionally; oracle: the dense reference on each dim's slices.
+  x, y, sn = features(9, [(10, 24), (10, 24), (7, 24)], jnp.float32)
+  dims = (8, 24)
+  for fn, ref in ((mj.clip_loss, reference.clip_loss), (mj.qwen3_loss, reference.qwen3_loss)):
+    got = mj.matryoshka(fn, dims)(x, y, shared_negatives=sn, backend="blockwise")
+    want = sum(ref(x[:, :m], y[:, :m], shared_negatives=sn[:, :m]) for m in dims)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_eager_around_sharded_and_prefix_of_d():
   # The eager wrapper around the ring; dims[-1] < d leaves the tail without gradient.
   x, y = features(5, [(16, 24), (16, 24)], jnp.float32)

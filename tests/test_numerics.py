@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from memeff_jax import clip_loss, lit_loss, qwen3_loss, reference
+from memeff_jax import clip_loss, clip_loss_with_stats, lit_loss, qwen3_loss, reference
 from memeff_jax.backends.triton import backend as launch
 from memeff_jax.backends.triton.backward import SHARED_SPAN
 from tests.support.check import kernel_path_config, sampled
@@ -247,3 +247,65 @@ def test_float16_zero_row_has_finite_gradient(backend, dims, per_dim):
   np.testing.assert_array_equal(g16[2], np.clip(g32[2], -big, big))
   rest = np.arange(6) != 2
   assert grad_err(g16[rest], g32[rest]) <= LOW[jnp.dtype(jnp.float16)][1]
+
+
+# Rows whose Matryoshka prefix (or whole row) has a norm at or below the 1e-12 clamp:
+# (name, normalized_inputs, edit of x). Row 2 is the degenerate one.
+_DEGENERATE = [
+    ("tiny_prefix", False, lambda x: x.at[2, :4].multiply(1e-13).at[2, 4:].multiply(100.0)),
+    ("zero_prefix", False, lambda x: x.at[2, :4].set(0.0)),
+    ("zero_row", False, lambda x: x.at[2].set(0.0)),
+    ("tiny_row_normalized", True, lambda x: x.at[2].multiply(1e-14)),
+    ("tiny_prefix_normalized", True, lambda x: x.at[2, :4].multiply(1e-13)),
+    ("huge_row_tiny_prefix_normalized", True,
+     lambda x: x.at[2, :4].multiply(1e-13).at[2, 4:].multiply(1e20)),
+]
+
+
+@pytest.mark.parametrize("family", ["clip", "qwen3"])
+@pytest.mark.parametrize("name,normalized,edit", _DEGENERATE, ids=[c[0] for c in _DEGENERATE])
+def test_matryoshka_clamp_is_one_definition(family, name, normalized, edit):
+  # docs/math.md §8.1: u^k = v[:m_k] / max(||v[:m_k]||, 1e-12), v the rows after §2 (the
+  # unit rows, or the rows as given with normalized_inputs): every form clamps that
+  # norm, not the raw prefix's (one block per dim) nor the power-of-two-scaled row's
+  # (one block with normalized_inputs). Oracle: the float64 dense definition
+  # (reference.matryoshka_fused_with_stats); bar: float32's tolerance.
+  del name
+  fam = FAMILIES[family]
+  r = np.random.default_rng(11)
+  shapes = [(8, 8), (8, 8), (8, 2, 8)][:3 if family == "qwen3" else 2]
+  arrays = [jnp.asarray(r.standard_normal(s), jnp.float32) for s in shapes]
+  arrays[0] = edit(arrays[0])
+  opts = dict(fam.options, **(_QWEN3_OPTIONS if family == "qwen3" else {}))
+  kw = dict(matryoshka_dims=(4, 8), normalized_inputs=normalized, stable=False)
+  ref = lambda *a, **k: reference.matryoshka_fused_with_stats(
+      fam.reference_with_stats, *a, dims=(4, 8), normalized_inputs=normalized, stable=False,
+      **opts, **k)[0]
+  argnums = tuple(range(len(arrays)))
+  want, want_g = _f64(ref, arrays, argnums)
+  for backend, per_dim in (("blockwise", True), ("blockwise", False), ("interpret", True)):
+    run = jax.jit(jax.value_and_grad(lambda *a: fam.loss(
+        *a, backend=backend, matryoshka_per_dim=per_dim, **opts, **kw), argnums=argnums))
+    val, grads = run(*arrays)
+    assert rel_err(val, want) <= FP32[0], (backend, per_dim, float(val), want)
+    for g, w in zip(grads, want_g):
+      assert grad_err(g, w) <= FP32[1], (backend, per_dim, grad_err(g, w))
+
+
+@pytest.mark.parametrize("backend", ["reference", "blockwise"])
+def test_tiny_temperature_without_z_loss(backend):
+  # t = 1e-20 (in range): lse^2 overflows float32, and a z-loss switched off by its
+  # Python 0 default must not turn that into 0 * inf. Oracle: CLIP's two cross-entropies
+  # in float64 numpy on the float32-rounded unit rows.
+  r = np.random.default_rng(2)
+  x, y = (r.standard_normal((8, 8)).astype(np.float32) for _ in range(2))
+  t = 1e-20
+  loss, stats = clip_loss_with_stats(jnp.asarray(x), jnp.asarray(y), temperature=t,
+                                     backend=backend, stable=False)
+  u, v = (np.asarray(reference.normalize(jnp.asarray(a)), np.float64) for a in (x, y))
+  s = u @ v.T / t
+  ce = lambda z: np.mean(np.log(np.sum(np.exp(z - z.max(1, keepdims=True)), 1))
+                         + z.max(1) - np.diag(z))
+  want = (ce(s) + ce(s.T)) / 2
+  assert rel_err(loss, want) <= FP32[0], (float(loss), want)
+  assert float(stats.z_loss) == 0.0

@@ -161,7 +161,16 @@ def test_nothing_kept_or_nothing_to_debias_is_nan(backend):
   none = np.zeros(B, bool)
   one = np.zeros(B, bool)
   one[3] = True
-  assert np.isnan(mj.clip_loss(x, y, where=none, backend=backend))
+  # Nothing kept: the mean of no terms is NaN, and every gradient, the temperature's
+  # and SigLIP's bias's too, is zero (docs/math.md §7.6: no term depends on them).
+  for fn, extra in ((mj.clip_loss, {}), (mj.siglip_loss, dict(bias=jnp.float32(-2.0)))):
+    names = ("temperature",) + tuple(extra)
+    val, g = jax.value_and_grad(
+        lambda a, b, h: fn(a, b, where=none, backend=backend, **h), argnums=(0, 1, 2))(
+            x, y, dict(temperature=jnp.float32(0.1), **extra))
+    assert np.isnan(val), fn
+    for v in (g[0], g[1], *(g[2][k] for k in names)):
+      np.testing.assert_array_equal(v, 0.0)
   # One row left: no negatives, so tau_plus has nothing to debias (a ValueError when
   # the batch is 1 statically; known only at run time here).
   val, g = jax.value_and_grad(lambda a: mj.clip_loss(a, y, where=one, tau_plus=0.1,
