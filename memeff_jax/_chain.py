@@ -222,13 +222,7 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   c = poison_flag(ok, axis_name)
   if c is not None:   # the feature arrays' NaN gradients; poison (below) does the rest
     arrays = [None if a is None else taint(a, c) for a in arrays]
-  # One plain block per dim (matryoshka_per_dim, resolved by its row: the keyword, else
-  # the backend's default; the blocks' config is passed on as given) renormalizes the
-  # prefixes of the rows after normalization, unrounded (fp32).
-  split = opt["matryoshka_per_dim"]
-  src = lambda a: None if not split else a if o["normalized_inputs"] else normalize(upcast(a))
   raw = list(arrays)
-  units = [None if a is None else src(a) for a in arrays]
   scales = [None] * len(arrays)
   if not o["normalized_inputs"]:
     arrays = [None if a is None else normalize(a) for a in arrays]
@@ -236,8 +230,12 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
     # (exact, no change to the loss) keeps its prefix norms and dots in range
     scales = [None if a is None else pow2_scale(a) for a in arrays]
     arrays = [None if a is None else a * s for a, s in zip(arrays, scales)]
-  towers = [None if a is None else _tower(a, dims, u, s)
-            for a, u, s in zip(arrays, units, scales)]
+  # One plain block per dim (matryoshka_per_dim, resolved by its row: the keyword, else
+  # the backend's default; the blocks' config is passed on as given)
+  split = opt["matryoshka_per_dim"]
+  towers = [None if a is None else _tower(a, dims, r if split else None, s,
+                                          unit_rows=not o["normalized_inputs"])
+            for a, r, s in zip(arrays, raw, scales)]
   *towers, shared = towers
   if family.negatives:
     own["shared"] = None if shared is None else shared._replace(mask_repeat=None)
@@ -350,21 +348,41 @@ def value_only(with_stats: Callable[_P, tuple[jax.Array, ContrastiveStats]], nam
   return loss
 
 
-def _tower(v: jax.Array, dims, unit: jax.Array | None = None,
-           scale: jax.Array | None = None) -> Tower:
-  """unit (one block per dim): the rows after normalization, unrounded (the unit rows in
-  fp32, or the rows as given with ``normalized_inputs``), whose prefixes are normalized
-  afresh and rounded once, so that each prefix is the one block's (``_inverse_norms``),
-  its 1e-12 clamp included; from an fp32 copy: the K prefixes' cotangents sum there and
-  round once. scale: ``pow2_scale`` of rows that ``v`` holds scaled by it."""
+def _tower(v: jax.Array, dims, raw: jax.Array | None = None, scale: jax.Array | None = None,
+           *, unit_rows: bool = True) -> Tower:
+  """raw (one block per dim): the array before normalization, whose prefixes are
+  renormalized from an fp32 copy, rounded once (``_unit_prefixes``; the K prefixes'
+  cotangents sum there and round once); unit_rows: v holds raw's unit rows. scale:
+  ``pow2_scale`` of the rows that ``v`` holds scaled by it."""
   v32 = v.astype(_terms.glue_dtype(v.dtype))
   tab = None if dims is None else _inverse_norms(v32, dims, scale)
   pre = pre32 = None
-  if unit is not None:
-    unit32 = upcast(unit)
-    pre = tuple(normalize(unit32[..., :m]).astype(v.dtype) for m in dims)
+  if raw is not None:
+    pre = tuple(p.astype(v.dtype) for p in _unit_prefixes(upcast(raw), dims, unit_rows))
     pre32 = tuple(p.astype(v32.dtype) for p in pre)
   return Tower(v, v32, tab, pre, pre32)
+
+
+def _unit_prefixes(raw32, dims, unit_rows: bool) -> tuple:
+  """Each dim's prefix u^k = w[:m_k] / max(||w[:m_k]||, 1e-12) of the rows w after
+  docs/math.md §2 (unit_rows: w = raw / max(||raw||, 1e-12), else w = raw), as the one
+  block's tables form it, clamp included, but from raw: u^k = raw[:m_k] /
+  max(||raw[:m_k]||, 1e-12 max(||raw||, 1e-12)) with unit_rows (the same quotient), so
+  no unit copy of the rows is made. Norms on the rows times ``pow2_scale`` (exact)."""
+  s = pow2_scale(raw32)
+  r = raw32 * s
+  floor = 1e-12 * s[..., 0]                           # 1e-12 in raw's units
+  if unit_rows:                                       # times max(||raw||, 1e-12)
+    sq_row = jnp.sum(r * r, axis=-1)
+    row_big = jnp.sqrt(sq_row) > floor
+    floor = 1e-12 * jnp.where(row_big, jnp.sqrt(jnp.where(row_big, sq_row, 1.0)), floor)
+  out = []
+  for m in dims:
+    p = r[..., :m]
+    sq = jnp.sum(p * p, axis=-1, keepdims=True)
+    big = jnp.sqrt(sq) > floor[..., None]
+    out.append(p / jnp.where(big, jnp.sqrt(jnp.where(big, sq, 1.0)), floor[..., None]))
+  return tuple(out)
 
 
 def flat(t: Tower) -> Tower:

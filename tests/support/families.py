@@ -45,8 +45,8 @@ ALL_BACKENDS = ["reference", *BACKENDS]
 def eager_matryoshka(ref, dims, weights, **kw):
   """The eager wrapper (``mj.matryoshka``) over a ``*_with_stats`` reference: the fused
   loss in exact math (every prefix renormalized), and in 16-bit rounded as one block per
-  dim rounds (each prefix normalized in fp32, then rounded once), so its own 16-bit
-  error bounds that path's."""
+  dim rounds (each raw prefix normalized, then rounded), so its own 16-bit error bounds
+  that path's."""
   def loss(*a, normalized_inputs=False, **k):
     del normalized_inputs   # unit inputs: their prefixes are renormalized either way
     return mj.matryoshka(lambda *b, **c: ref(*b, **c)[0], dims, weights)(*a, **kw, **k)
