@@ -23,12 +23,13 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     L = \sum_k w_k \, \mathrm{loss\_fn}(x_{:, :m_k}, y_{:, :m_k}, \ldots)
 
   Every feature array is sliced to its first ``m_k`` features: the positional arrays
-  of rank >= 2 and ``hard_negatives=`` / ``shared_negatives=`` when passed by keyword. Everything else passes
-  through unchanged, a per-row ``tau_plus`` included (it is never sliced). The base
-  loss normalizes each raw slice itself, so ``normalized_inputs=True`` is refused:
-  then the value equals the fused ``matryoshka_dims`` loss in exact math. It calls
-  the loss K times (K passes over the batch); it works around any loss, the ring
-  (``axis_name=`` or :func:`memeff_jax.sharded`) included.
+  of rank >= 2 and ``hard_negatives=`` / ``shared_negatives=`` when passed by keyword.
+  Everything else passes through unchanged, a per-row ``tau_plus`` included (it is
+  never sliced). The base loss normalizes each raw slice itself, so
+  ``normalized_inputs=True`` is refused: then the value equals the fused
+  ``matryoshka_dims`` loss in exact math. It calls the loss K times (K passes over the
+  batch); it works around any loss, the ring (``axis_name=`` or
+  :func:`memeff_jax.sharded`) included.
 
   Args:
     loss_fn: a loss taking feature arrays ``[batch, d]`` (and ``[batch, k, d]``).
