@@ -25,9 +25,9 @@ from jax import lax
 from memeff_jax import _checkify, _options, _terms, _validation
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._reduction import SOFTMAX, Reduction
-from memeff_jax._terms import (ContrastiveStats, as_scale, global_sum, normalize, poison,
-                               poison_flag, pow2_scale, ring_size,
-                               stable_scale, taint, upcast)
+from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, as_scale, global_sum, normalize,
+                               poison, poison_flag, pow2_scale, ring_size, stable_scale,
+                               taint, upcast)
 from memeff_jax.backends.base import DenseBackend
 
 _P = ParamSpec("_P")
@@ -278,11 +278,13 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   loss = poison(loss, late, raw + list(hyper.values()), axis_name)
   loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
-  # In-batch top-1: the positive beats every kept negative (from the kernels' maxima;
+  # In-batch top-1: the positive beats every kept negative by more than the tie
+  # tolerance (from the kernels' maxima, whose tiles round apart from the positive's dot;
   # a loss function's call has none and drops the stats).
+  beats = lambda mx: pos_logit > lax.stop_gradient(mx) + MARGIN_TIE * ctx.scale
   accuracy = [None if mx is None else
-              unk(ctx.row_sum((pos_logit > lax.stop_gradient(mx)).astype(jnp.float32)) /
-                  ctx.batch).astype(jnp.float32) for mx in head.max_neg]
+              unk(ctx.row_sum(beats(mx).astype(jnp.float32)) / ctx.batch).astype(jnp.float32)
+              for mx in head.max_neg]
   if family.stats is not None:
     return loss, family.stats(ctx=ctx, head=head, terms=terms, per_dim=per_dim,
                               accuracy=accuracy, unk=unk)

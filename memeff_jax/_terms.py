@@ -16,7 +16,8 @@ _NORM_EPS = 1e-12
 # Qwen3's false-negative mask keeps s <= p + margin + MARGIN_TIE (docs/math.md §6): an
 # exact duplicate of the positive (s = p in exact math) is kept on every backend, though
 # its tile and the positive round differently (fp32 or tf32 GEMM tiles vs the fp32 dot
-# of the positive: at most about 2^-10 apart for unit rows).
+# of the positive: at most about 2^-10 apart for unit rows). The in-batch accuracy
+# counts a hit only for p > s + MARGIN_TIE, so that such a tie is a miss everywhere.
 MARGIN_TIE = 2.0**-10
 
 
@@ -36,8 +37,10 @@ class ContrastiveStats(NamedTuple):
       each dim (smoothing and z-loss included; the loss is their weighted sum), and
       ``lse_row`` / ``lse_col`` are then [K, n]; ``None`` without dims.
     accuracy_row: float32, the in-batch top-1 accuracy of the row softmaxes: the
-      fraction of rows whose positive beats every kept negative (strictly; a row with
-      no negative counts as a hit), over the global batch. [K] with Matryoshka dims.
+      fraction of rows whose positive beats every kept negative by more than
+      ``MARGIN_TIE`` (2^-10) in similarity (a tie within rounding, such as a duplicate
+      row's, is a miss on every backend; a row with no negative counts as a hit), over
+      the global batch. [K] with Matryoshka dims.
     accuracy_col: the same for CLIP's column softmaxes (texts retrieving images);
       ``None`` for the row-only losses.
   """
@@ -61,8 +64,9 @@ class SigLIPStats(NamedTuple):
     matryoshka_losses: with ``matryoshka_dims``: [K] float32, each dim's loss (the
       loss is their weighted sum); ``None`` without dims.
     accuracy_row: float32, the in-batch top-1 accuracy of the images: the fraction
-      of rows whose positive logit beats every kept negative's (strictly), over the
-      global batch. [K] with dims; ``None`` from a call of :func:`siglip_loss`.
+      of rows whose positive logit beats every kept negative's by more than
+      ``MARGIN_TIE`` / t (a tie within rounding is a miss), over the global batch. [K]
+      with dims; ``None`` from a call of :func:`siglip_loss`.
   """
 
   loss_positive: jax.Array

@@ -78,11 +78,13 @@ def _mean(v, valid):
 
 
 def _accuracy(raw, keep, is_pos, scale, valid):
-  """In-batch top-1: the fraction of rows whose positive beats every kept negative."""
+  """In-batch top-1: the fraction of rows whose positive beats every kept negative by
+  more than ``MARGIN_TIE`` in similarity (a tie within rounding is a miss)."""
   logits = scale * raw
   pos = jnp.sum(jnp.where(is_pos, logits, 0.0), axis=-1)
   top_neg = jnp.max(jnp.where(keep & ~is_pos, logits, -jnp.inf), axis=-1)
-  return lax.stop_gradient(_mean((pos > top_neg).astype(jnp.float32), valid))
+  return lax.stop_gradient(_mean((pos > top_neg + MARGIN_TIE * scale).astype(jnp.float32),
+                                 valid))
 
 
 def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays, valid,

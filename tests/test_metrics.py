@@ -89,6 +89,33 @@ def test_through_the_ring(backend, n_dev):
   np.testing.assert_allclose(st.accuracy_row, count_qwen3(q, d, h, 0.05, True, False))
 
 
+@pytest.mark.parametrize("which", ["blockwise", "reference", "interpret", "tiled"])
+def test_duplicates_tie_on_every_backend(which):
+  # Duplicate columns and rows, and columns within the tie tolerance (1e-4 apart): a
+  # tie is a miss wherever the kernels' tiles and the positive's dot round apart (they
+  # did: blockwise and interpret counted some duplicates as hits). Oracle: the dense
+  # count with the tolerance; the near ties make it differ from the strict count.
+  x, y = _pairs(6, 24, 16, 0.6)
+  r = np.random.default_rng(6)
+  y = y.at[5].set(y[4]).at[9].set(y[8])
+  for i in (12, 18, 20):
+    y = y.at[i + 1].set(y[i] + 1e-4 * jnp.asarray(r.standard_normal(16), jnp.float32))
+  x = x.at[15].set(x[14])
+  want = count_pairs(x, y)
+  s = _unit(x) @ _unit(y).T
+  strict = np.mean(np.diag(s) > np.max(s - np.diag(np.full(24, np.inf)), axis=1))
+  assert want[0] < min(0.9, strict), (want, strict)
+  _, st = mj.clip_loss_with_stats(x, y, temperature=0.05, **_backend(which, 16))
+  np.testing.assert_allclose([st.accuracy_row, st.accuracy_col], want)
+  if which != "tiled":
+    _, st = mj.siglip_loss_with_stats(x, y, temperature=1.0, bias=-2.0, **_backend(which, 16))
+    np.testing.assert_allclose(st.accuracy_row, want[0])
+  q, d, h = qwen3_batch(7, 20, 16, 2)
+  d = d.at[3].set(d[2])
+  _, st = mj.qwen3_loss_with_stats(q, d, h, margin=0.0, **_backend(which, 16))
+  np.testing.assert_allclose(st.accuracy_row, count_qwen3(q, d, h, 0.0, False, False))
+
+
 def test_no_gradient_through_accuracy():
   x, y = _pairs(5, 16, 8, 1.0)
   g = jax.grad(lambda a: mj.clip_loss_with_stats(a, y, backend="blockwise")[1].accuracy_row)(x)

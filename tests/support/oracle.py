@@ -96,11 +96,14 @@ def _unit(v):
 
 
 def count_pairs(x, y):
-  """Dense count: row i is a hit iff s_ii > s_ij for every j != i (rows; columns)."""
+  """Dense count: row i is a hit iff s_ii > s_ij + 2^-10 (the tie tolerance) for every
+  j != i (rows; columns)."""
   s = _unit(x) @ _unit(y).T
   pos = np.diag(s)
   off = s - np.diag(np.full(len(s), np.inf))
-  return float(np.mean(pos > off.max(axis=1))), float(np.mean(pos > off.max(axis=0)))
+  tie = 2.0**-10
+  return (float(np.mean(pos > off.max(axis=1) + tie)),
+          float(np.mean(pos > off.max(axis=0) + tie)))
 
 
 def count_qwen3(q, d, h, margin, qq, dd):
@@ -115,5 +118,5 @@ def count_qwen3(q, d, h, margin, qq, dd):
     cands += [d[i] @ d[j] for j in range(b) if j != i and dd]
     cands += list(h[i] @ q[i])
     kept = [c for c in cands if c <= pos[i] + margin + 2.0**-10]   # tie tolerance
-    hits.append(not kept or pos[i] > max(kept))
+    hits.append(not kept or pos[i] > max(kept) + 2.0**-10)
   return float(np.mean(hits))
