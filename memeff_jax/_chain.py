@@ -26,8 +26,8 @@ from memeff_jax import _checkify, _options, _terms, _validation
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, as_scale, global_sum, normalize,
-                               poison, poison_flag, pow2_scale, ring_size, stable_scale,
-                               taint, upcast)
+                               is_zero, poison, poison_flag, pow2_scale, ring_size,
+                               stable_scale, taint, upcast)
 from memeff_jax.backends.base import DenseBackend
 
 _P = ParamSpec("_P")
@@ -263,9 +263,9 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
                                bias=head.bias) for lse, n_neg in zip(head.lse_neg, n_negs)]
   per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)
-  if not _is_zero(z_scale):
+  if not is_zero(z_scale):
     z = z_scale * sum(ctx.row_sum(lse * lse) for _, lse in terms) / (len(terms) * ctx.batch)
-  if not _is_zero(eps):
+  if not is_zero(eps):
     # Smoothed targets over the C = N + 1 nominal candidates (docs/math.md §7.2):
     # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.
     # (Removed rows are zeros: they add nothing to A.)
@@ -439,9 +439,4 @@ def _prefix_dots(a: Tower, b: Tower, dims, eq: str) -> jax.Array:
 
 def _prefix_mask(dims, d):
   return (jnp.arange(d)[None, :] < jnp.asarray(dims)[:, None]).astype(jnp.float32)
-
-
-def _is_zero(v) -> bool:
-  """A Python 0.0 switches an optional term off; arrays always keep it."""
-  return isinstance(v, float) and v == 0.0
 

@@ -166,6 +166,12 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
   return ell, pos_logit + ell
 
 
+def is_zero(v) -> bool:
+  """A Python 0 switches an optional term off (the z-loss, label smoothing); arrays
+  always keep it."""
+  return isinstance(v, (int, float)) and v == 0
+
+
 def stable_scale(loss, *, stable: bool, batch: int, temperature):
   """Value unchanged; gradient (all of it, the temperature's too) times sqrt(B * t).
 

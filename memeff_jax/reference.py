@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._checkify import value_checks
-from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, normalize, poison,
-                               stable_scale)
+from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, is_zero, normalize,
+                               poison, stable_scale)
 from memeff_jax._validation import (check_dims, check_negatives, check_partition,
                                     check_weights)
 from memeff_jax.matryoshka import matryoshka
@@ -97,10 +97,9 @@ def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays,
   a traced ``no_negatives`` (debiasing with no negatives).
   """
   loss = sum(_mean(e, valid) for e in ells) / len(ells)
-  # A Python 0 switches the z-loss off (as on every backend), so that lse^2 overflowing
-  # at a tiny temperature cannot give 0 * inf; an array scale always keeps it.
-  off = isinstance(lse_square_scale, (int, float)) and lse_square_scale == 0
-  z = (jnp.zeros((), loss.dtype) if off else
+  # A Python 0 switches the z-loss off, as on every backend (``is_zero``), so that lse^2
+  # overflowing at a tiny temperature cannot give 0 * inf.
+  z = (jnp.zeros((), loss.dtype) if is_zero(lse_square_scale) else
        lse_square_scale * sum(_mean(l * l, valid) for l in lses) / len(lses))
   hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
   ok = value_checks(arrays, hyper)
