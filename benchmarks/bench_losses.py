@@ -214,8 +214,8 @@ def bench_memeff(writer, name, b, d, reps):
   kw = dict(LOSSES[name][4])
   if any(k in kw for k in ("one_block", "where", "slab_rows", "nopair", "rowgrad",
                            "temperature")):
-    r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget, learnable "
-              "temperature)")
+    r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget, pairing "
+              "or the rows' forward toggled, learnable temperature)")
     writer.add(r)
     return
   base = name.replace("_mrl", "").replace("_eager", "")
