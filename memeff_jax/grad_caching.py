@@ -92,7 +92,8 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
     with ``grads`` shaped like ``params``.
 
   Raises:
-    ValueError: ``chunk_size`` not a positive int (at once); at trace time, ``batch``
+    TypeError: ``chunk_size`` not an int (at once).
+    ValueError: ``chunk_size`` below 1 (at once); at trace time, ``batch``
       leaves with different leading sizes or none, or ``embed_fn`` outputs whose
       leading axis is not the chunk's row count.
 
@@ -138,9 +139,11 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
 
 def check_chunk_size(chunk_size) -> int:
   """A positive int (a NumPy integer too, as matryoshka_dims takes), as a Python int."""
-  if (isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral)
-      or chunk_size < 1):
-    raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+  if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+    raise TypeError(f"chunk_size must be an int, got {type(chunk_size).__name__} "
+                    f"chunk_size={chunk_size!r}")
+  if chunk_size < 1:
+    raise ValueError(f"chunk_size must be a positive int, got chunk_size={chunk_size!r}")
   return int(chunk_size)
 
 

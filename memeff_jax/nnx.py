@@ -167,7 +167,7 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
     ``step(model, batch)``; use it inside ``nnx.jit``.
 
   Raises:
-    ValueError: as :func:`memeff_jax.grad_cache`.
+    TypeError, ValueError: as :func:`memeff_jax.grad_cache`.
 
   Example:
     >>> import jax, jax.numpy as jnp, optax

@@ -390,8 +390,11 @@ def test_bad_role_tiles_raise(field, value):
 
 def test_grad_cache_validation():
   embed, loss_fn = towers.embed, towers.loss("clip")
-  for bad in (0, -2, 2.0, True, None):
+  for bad in (0, -2):
     with pytest.raises(ValueError, match="chunk_size"):
+      grad_cache(embed, loss_fn, chunk_size=bad)
+  for bad in (2.0, True, None, "4"):
+    with pytest.raises(TypeError, match="chunk_size"):
       grad_cache(embed, loss_fn, chunk_size=bad)
   step = grad_cache(embed, loss_fn, chunk_size=4)
   params = towers.params(jnp.float32)
