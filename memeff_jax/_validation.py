@@ -127,6 +127,20 @@ def check_temperature(t, dtype=jnp.float32):
   t = _scalar("temperature", t)
   if not isinstance(t, float):
     return t
+  check_temperature_range(t, dtype)
+  if t > 1.0:
+    warnings.warn(f"temperature={t} > 1 looks like a logit scale (OpenCLIP's "
+                  f"logit_scale.exp(), sentence-transformers' scale=20): the logits are "
+                  f"similarity / temperature, so pass temperature = 1 / scale "
+                  f"(here {1.0 / t:.4g})", UserWarning,
+                  # the public loss: here <- the table's row <- _options.check <- the chain (2)
+                  stacklevel=6)
+  return t
+
+
+def check_temperature_range(t: float, dtype=jnp.float32) -> float:
+  """A Python temperature > 0 that is, with 1 / t, a normal number of ``dtype`` (a
+  loss's, or a loss module's initial value)."""
   if not t > 0:
     raise ValueError(f"temperature must be > 0, got temperature={t}")
   if not np.isfinite(t):
@@ -136,13 +150,6 @@ def check_temperature(t, dtype=jnp.float32):
     raise ValueError(f"temperature and 1 / temperature must be normal {jnp.dtype(dtype)} "
                      f"numbers, temperature in [{tiny:.4g}, {1.0 / tiny:.4g}], got "
                      f"temperature={t}")
-  if t > 1.0:
-    warnings.warn(f"temperature={t} > 1 looks like a logit scale (OpenCLIP's "
-                  f"logit_scale.exp(), sentence-transformers' scale=20): the logits are "
-                  f"similarity / temperature, so pass temperature = 1 / scale "
-                  f"(here {1.0 / t:.4g})", UserWarning,
-                  # the public loss: here <- the table's row <- _options.check <- the chain (2)
-                  stacklevel=6)
   return t
 
 

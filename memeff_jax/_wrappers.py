@@ -21,7 +21,7 @@ from jax.typing import ArrayLike
 
 from memeff_jax import clip, lit, qwen3, siglip
 from memeff_jax._options import OPTIONS, SHARED, defaults
-from memeff_jax._validation import check_dims, check_weights
+from memeff_jax._validation import check_dims, check_temperature_range, check_weights
 
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
 MAX_LOGIT_SCALE = 100.0
@@ -243,13 +243,12 @@ def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, An
 
 
 def initial_log_scale(temperature: float) -> float:
-  """``log(1 / t)`` of a Python temperature, checked here: a parameter starts from it."""
+  """``log(1 / t)`` of a Python temperature, checked here as the losses check theirs
+  (t and 1 / t normal float32 numbers): a parameter starts from it."""
   if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
     raise TypeError(f"temperature must be a Python float (the initial value), got "
                     f"{temperature!r}")
-  if not (math.isfinite(temperature) and temperature > 0):
-    raise ValueError(f"temperature must be finite and > 0, got {temperature=}")
-  return math.log(1.0 / temperature)
+  return math.log(1.0 / check_temperature_range(float(temperature)))
 
 
 def initial_value(name: str, value: float) -> float:

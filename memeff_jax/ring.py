@@ -169,7 +169,8 @@ def _forward(spec, block: Block, scale, row_thr, *, bounded):
   cols = full(m, red.empty) if spec.two_sided else None   # the merge's identity
   maxima = (full(n, -jnp.inf), full(m, -jnp.inf) if spec.two_sided else None)
   maxima = maxima if spec.want_max else (None, None)
-  init = _columns(block) + (full(n, red.empty), cols) + maxima
+  # (what travels varies over the ring once sent, device-invariant columns too)
+  init = to_varying(_columns(block), axis) + (full(n, red.empty), cols) + maxima
   return _lap(size, step, init)[3:]
 
 
@@ -244,7 +245,7 @@ def backward(spec, need: Need, block: Block, scale, row, col):
         dy, sy, uy = shift((dy + d_y, add(sy, c_y), add(uy, u_y)))
       return (*nxt, dx, sx, dy, sy, ux, uy)
 
-    init = (*_columns(block), col,
+    init = (*to_varying(_columns(block) + (col,), axis),
             zeros(x.shape) if want_x else None, zeros(k + (n,)) if cs_x else None,
             zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None,
             zeros(k + (n,)) if c1_x else None, zeros(k + (m,)) if c1_y else None)

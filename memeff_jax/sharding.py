@@ -25,9 +25,10 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
 
   Returns ``f(*arrays, **kwargs)``: every array argument with a leading batch axis
   (positional, or a keyword such as a per-row ``tau_plus`` or ``where``; jax or numpy)
-  is split along it into contiguous shards (``shared_negatives`` along its own leading
-  axis, which must split evenly), 0-d arrays (a learnable temperature) are
-  replicated, other keywords are passed through as static values, and
+  is split along it into contiguous shards (``shared_negatives``, by keyword or
+  position, along its own leading axis, which must split evenly), 0-d arrays (a
+  learnable temperature) are replicated, other keywords are passed through as static
+  values (``matryoshka_dims`` / ``matryoshka_weights`` held as arrays as tuples), and
   ``loss_fn(..., axis_name=axis_name)`` runs once per device under ``jax.shard_map``.
   A global batch that does not split evenly is padded with removed rows: zero rows
   and a ``where=`` mask (combined with the caller's), so the loss is that of the
@@ -124,6 +125,9 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
   jitted = jax.jit(run, static_argnums=2)
 
   def f(*args, **kwargs):
+    args, kwargs = _columns_by_keyword(loss_fn, args, kwargs)
+    kwargs = {k: _static_sequence(v) if k in _STATIC_SEQUENCES else v
+              for k, v in kwargs.items()}
     arrays = {k: v for k, v in kwargs.items() if _is_array(v)}
     static = _Static(tuple(sorted(((k, v) for k, v in kwargs.items() if k not in arrays),
                                   key=lambda kv: kv[0])))
@@ -135,6 +139,34 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
 # Keyword arrays that are columns of every row, not batch rows: split over the devices
 # by their own leading axis (each device's shard joins the global column set).
 _COLUMNS = ("shared_negatives",)
+
+
+# Keywords that are static sequences (one entry per Matryoshka dim), which a caller may
+# hold as a NumPy or concrete jax array, as the losses accept them: passed on as tuples.
+_STATIC_SEQUENCES = ("matryoshka_dims", "matryoshka_weights")
+
+
+def _static_sequence(v):
+  if not _is_array(v):
+    return v
+  try:
+    return tuple(np.asarray(v).tolist())
+  except jax.errors.JAXTypeError:   # traced: the loss's own error names it
+    return v
+
+
+def _columns_by_keyword(loss_fn, args, kwargs):
+  """A column array passed positionally (``qwen3_loss(q, d, None, shared)``) moved to
+  the keywords, with every positional argument after it, by their names."""
+  try:
+    params = [p.name for p in inspect.signature(loss_fn).parameters.values()
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  except (TypeError, ValueError):
+    return args, kwargs
+  cut = next((i for i, name in enumerate(params[:len(args)]) if name in _COLUMNS), None)
+  if cut is None or len(args) > len(params) or any(p in kwargs for p in params[cut:len(args)]):
+    return args, kwargs   # (the loss's own call then says what is wrong)
+  return args[:cut], dict(kwargs, **dict(zip(params[cut:], args[cut:])))
 
 
 def _takes_where(loss_fn) -> bool:

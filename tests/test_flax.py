@@ -440,6 +440,24 @@ def test_linen_siglip_fixed_parameters():
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_bad_initial_temperature(framework):
+  # The modules check their initial temperature as the losses check theirs: t and 1 / t
+  # normal float32 numbers (1e-300 would start the log-scale at 690.8, whose exp(-)
+  # is 0 in float32: a NaN loss without the bound).
+  cls = (mnnx if framework == "nnx" else mlinen).CLIPLoss
+  make = (lambda **k: cls(**k)) if framework == "nnx" else (
+      lambda **k: cls(**k).init(jax.random.key(0), jnp.ones((2, 4)), jnp.ones((2, 4))))
+  for t, match in [(1e-300, "must be normal float32"), (1e39, "must be normal float32"),
+                   (0.0, "must be > 0"), (float("nan"), "must be > 0"),
+                   (float("inf"), "must be finite")]:
+    with pytest.raises(ValueError, match=match):
+      make(temperature=t, max_logit_scale=None)
+  with pytest.raises(TypeError, match="temperature must be a Python float"):
+    make(temperature=jnp.float32(0.07))
+  make(temperature=1e-30, max_logit_scale=None)   # a normal float32 still starts
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_siglip_bad_initial_bias(framework):
   cls = (mnnx if framework == "nnx" else mlinen).SigLIPLoss
   with pytest.raises(ValueError, match="bias must be finite"):

@@ -119,3 +119,40 @@ def test_static_keywords_compile_once():
   f(x, y, backend="blockwise", label_smoothing=0.2)
   assert len(calls) > traced
   f(x, y, backend="blockwise", matryoshka_dims=[4, D])      # unhashable: still runs
+
+
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
+def test_shared_negatives_with_where_on_the_ring(family):
+  # Shared negative columns travel the ring beside a where= mask, the caller's (8 rows
+  # on 4 devices, row 1 removed) or the one sharded adds to an uneven batch (7 rows):
+  # the loss and gradients of the kept rows on one device.
+  fn = getattr(mj, f"{family}_loss")
+  x, y, _ = _data()
+  cols = jax.random.normal(jax.random.key(3), (4, D), jnp.float32)
+  kw = dict(backend="blockwise", temperature=0.1)
+  f = mj.sharded(fn, Mesh(np.array(jax.devices()[:4]), ("batch",)), "batch")
+  keep = np.arange(B) != 1
+  for rows, where in [(B, keep), (B - 1, None)]:
+    a, b = x[:rows], y[:rows]
+    extra = {} if where is None else dict(where=where)
+    got = jax.value_and_grad(lambda a, b, c: f(a, b, shared_negatives=c, **extra, **kw),
+                             (0, 1, 2))(a, b, cols)
+    want = jax.value_and_grad(lambda a, b, c: fn(a, b, shared_negatives=c, **extra, **kw),
+                              (0, 1, 2))(a, b, cols)
+    _assert_same(got, want)
+
+
+def test_positional_columns_and_array_dims():
+  # shared_negatives passed positionally (qwen3_loss's fourth parameter) are columns, as
+  # by keyword; Matryoshka dims and weights held as NumPy arrays are static, as the
+  # losses take them.
+  x, y, _ = _data()
+  cols = jax.random.normal(jax.random.key(4), (4, D), jnp.float32)
+  mesh = Mesh(np.array(jax.devices()[:4]), ("batch",))
+  f = mj.sharded(mj.qwen3_loss, mesh, "batch")
+  want = mj.qwen3_loss(x, y, None, cols, backend="blockwise")
+  np.testing.assert_allclose(f(x, y, None, cols, backend="blockwise"), want, rtol=2e-6)
+  kw = dict(backend="blockwise", matryoshka_dims=np.array([4, D]),
+            matryoshka_weights=np.array([0.5, 1.0]))
+  np.testing.assert_allclose(mj.sharded(mj.clip_loss, mesh, "batch")(x, y, **kw),
+                             mj.clip_loss(x, y, **kw), rtol=2e-6)
