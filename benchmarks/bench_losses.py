@@ -61,6 +61,13 @@ for _name in ("clip", "lit", "qwen3", "qwen3_qqdd", "siglip"):
   for _rows in (2048, 4096):
     LOSSES[f"{_name}_rows{_rows}"] = (_fn, _ref, _n, _arg, dict(_kw, slab_rows=_rows), _g)
 
+# The paired tiled gradient's slabs in column blocks (Budgets.pair_block_cols): the
+# columns' fp32 gradient read and written once a slab of rows and block.
+for _name in ("clip", "qwen3", "siglip"):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
+  for _cols in (4096, 8192, 16384):
+    LOSSES[f"{_name}_cols{_cols}"] = (_fn, _ref, _n, _arg, dict(_kw, pair_cols=_cols), _g)
+
 # The paired gradient off (bwd_pair = False, bwd_pair_max_batch = 0): at d_pad <= 512 the
 # FlashAttention-shaped (or Gluon) gradient passes at every batch; above, one slab pass
 # per tower (Qwen3's queries: their rows' gradient from the forward).
@@ -124,6 +131,8 @@ def _with_ladder(fn, kw, d):
     # (fwd_row_grad off: else a one-sided block, Qwen3's, pairs by bwd_pair_max_batch only)
     group("algorithm").update(bwd_pair=True, fwd_row_grad=False)
     group("budgets").update(min_slab_rows=rows)
+  if (cols := kw.pop("pair_cols", None)):
+    group("budgets").update(pair_block_cols=cols)
   if tune:
     def tuned(*a, config=None, **k):
       base = config or mj.default_config(d, a[0].dtype)
@@ -213,9 +222,9 @@ def bench_memeff(writer, name, b, d, reps):
   r = Result(name, "memeff", b, d, "bfloat16")
   kw = dict(LOSSES[name][4])
   if any(k in kw for k in ("one_block", "where", "slab_rows", "nopair", "rowgrad",
-                           "temperature")):
-    r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget, pairing "
-              "or the rows' forward toggled, learnable temperature)")
+                           "temperature", "pair_cols")):
+    r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget or "
+              "column blocks, pairing or the rows' forward toggled, learnable temperature)")
     writer.add(r)
     return
   base = name.replace("_mrl", "").replace("_eager", "")

@@ -172,7 +172,8 @@ def test_tma_descriptor_loads(monkeypatch, loss, dtype):
   assert set(made) == {(32, 32)} | ({(64, 32)} if loss != "clip" else set()), made
 
 
-_PATHS = ("partials", "col_pass", "tiled", "tiled_paired", "paired", "tiled_col_pass")
+_PATHS = ("partials", "col_pass", "tiled", "tiled_paired", "paired", "tiled_col_pass",
+          "tiled_paired_cols")
 _PATH_SHAPES = ((1, 16), (150, 40))
 
 
@@ -186,8 +187,8 @@ def test_kernel_paths(path, loss, dtype, b, d):
   # Column log-normalizers from per-program partials, from a second row pass over the
   # swapped block (sweep or tiled), or from tiled slabs (row and column partials of
   # each GEMM tile, and a gradient from coefficient slabs times an XLA dot, both
-  # towers' from the same slabs or each from its own; or paired slabs under the
-  # FlashAttention-shaped defaults): the same numbers.
+  # towers' from the same slabs or each from its own, the slabs in column blocks; or
+  # paired slabs under the FlashAttention-shaped defaults): the same numbers.
   fn, ref = LOSSES[loss]
   x, y = features(11 + b, [(b, d), (b, d)], dtype)
   cfg = kernel_path_config(path, d, dtype)

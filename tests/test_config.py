@@ -144,6 +144,27 @@ def test_tiled_gradient_slabs_fit_slab_kib(kib, rows):
   assert rows * n * 2 <= max(kib * 2**10, 64 * n * 2)
 
 
+@pytest.mark.parametrize("cols,blocks", [(0, [1000]), (256, [256, 256, 256, 232]),
+                                         (300, [256, 256, 256, 232]), (5000, [1000])])
+def test_paired_slabs_in_column_blocks(cols, blocks):
+  # Budgets.pair_block_cols: the paired tiled gradient's slabs span whole column tiles
+  # of at most that many columns (the last block what is left), and the budget then
+  # counts a block's columns: 1 MiB of bf16 is 2048 rows of 256 columns, or all 1000
+  # rows; 0 (or more than the batch): every column at once, 512-row slabs.
+  n, d = 1000, 64
+  cfg = default_config(d, jnp.float32, interpret=True).evolve(
+      algorithm=dict(bwd_tiled=True, bwd_pair=True), bwd=dict(block_m=64, block_n=64,
+                                                              block_d=32),
+      budgets=dict(slab_kib=1024, min_slab_rows=1, pair_block_cols=cols))
+  x = jnp.zeros((n, d), jnp.bfloat16).at[:, 0].set(1.0)
+  jaxpr = jax.make_jaxpr(jax.grad(lambda a, b: mj.clip_loss(a, b, backend="interpret",
+                                                            config=cfg), argnums=(0, 1)))(x, x)
+  slabs = [v.aval.shape for e in jaxpr_eqns(jaxpr.jaxpr) if e.primitive.name == "pure_callback"
+           for v in e.outvars if v.aval.dtype == jnp.bfloat16 and v.aval.ndim == 3]
+  rows = 1024 if len(blocks) > 1 else 512   # (the 1000 rows padded to whole tiles)
+  assert sorted(set(slabs)) == sorted({(1, rows, w) for w in blocks}), slabs
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16, jnp.float32])
 @pytest.mark.parametrize("d", [16, 200, 512, 1152])
 def test_matryoshka_per_dim_defaults(d, dtype):

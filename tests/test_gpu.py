@@ -408,6 +408,28 @@ def test_paired_fp16_triton(family, d):
           label_smoothing=0.1, lse_square_scale=1e-3)
 
 
+@pytest.mark.parametrize("family,dims", [("clip", None), ("qwen3", None),
+                                         ("clip", (96, 384, 1152))])
+def test_paired_column_blocks_triton(family, dims):
+  # The paired tiled gradient (the default at d = 1152) with its slabs in column blocks
+  # of 512 (Budgets.pair_block_cols; 2085 columns: four blocks and one of 37), bf16,
+  # debiased and smoothed, against the float64 reference; Matryoshka in one block.
+  fn, ref, kw = {
+      "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
+      "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
+                dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05))}[family]
+  b, d, dtype = 2085, 1152, jnp.bfloat16
+  cfg = _cfg(d, dtype).evolve(algorithm=dict(bwd_pair=True, fwd_row_grad=False),
+                              budgets=dict(pair_block_cols=512, slab_kib=1024))
+  arrays = (qwen3_batch(b, b, d, 3, dtype) if family == "qwen3" else
+            features(b + 7, [(b, d), (b, d)], dtype))
+  ref_fn = (lambda *a, **k: ref(*a, **kw, **k)[0]) if dims is None else (
+      lambda *a, **k: reference.matryoshka_fused_with_stats(ref, *a, dims=dims, **kw, **k)[0])
+  compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
+                             matryoshka_per_dim=None if dims is None else False, **kw, **k),
+          ref_fn, arrays, dtype=dtype, tau_plus=0.05, label_smoothing=0.1)
+
+
 @pytest.mark.parametrize("smem_kib", [163, 99])
 def test_matryoshka_fitted_to_smaller_gpus_triton(monkeypatch, smem_kib):
   # One-block Matryoshka CLIP (bf16, D = 512) on the tiles an A100 (163 KiB a block:

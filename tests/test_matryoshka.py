@@ -112,17 +112,19 @@ def test_fp16_interpret(family):
 # The paired paths only where both towers get a gradient (LiT would repeat another). By
 # default each family and each path once (the rest: slow; 20-100 s a case on CPU).
 _SEVERAL = {("clip", "tiled"), ("lit", "tiled"), ("lit_qwen3", "default"),
-            ("qwen3", "tiled_paired"), ("clip", "paired")}
+            ("qwen3", "tiled_paired"), ("clip", "paired"), ("clip", "tiled_paired_cols")}
 
 
 @pytest.mark.parametrize("family,path", sampled(
     [(f, p) for f in FAMILIES for p in ("tiled", "default")] +
-    [(f, p) for f in ("clip", "qwen3") for p in ("tiled_paired", "paired")],
+    [(f, p) for f in ("clip", "qwen3") for p in ("tiled_paired", "paired",
+                                                  "tiled_paired_cols")],
     lambda i, c: c in _SEVERAL))
 def test_interpret_several_tiles_and_slabs(family, path):
   # Batches spanning several row and column tiles and, with 1 KiB slabs, several slabs;
   # the ladder (16, 72, 200) is padded to 16-feature chunks. tiled_paired: both towers'
-  # gradients from one set of coefficient slabs (suffix sums times x and y); paired:
+  # gradients from one set of coefficient slabs (suffix sums times x and y; _cols: the
+  # slabs in column blocks); paired:
   # the same from the FlashAttention-shaped defaults (bwd_pair alone).
   fam = FAMILIES[family]
   fn, ref, fam_kw = fam.loss, fam.reference_with_stats, fam.options

@@ -124,11 +124,17 @@ def test_grad_inside_shard_map(backend, case):
   _assert_same(got, _single(fn, arrays, dict(kw, tau_plus=tau)))
 
 
-@pytest.mark.parametrize("case", ["clip", "qwen3"])
-def test_tiled_path_on_the_ring(case):
-  # The tiled kernels' slab loops inside shard_map (varying carries), 2 devices.
+@pytest.mark.parametrize("case,path", [("clip", "tiled"), ("qwen3", "tiled"),
+                                       ("clip", "tiled_paired_cols")])
+def test_tiled_path_on_the_ring(case, path):
+  # The tiled kernels' slab loops inside shard_map (varying carries), 2 devices; paired
+  # slabs in column blocks (40 columns a device: a block of 32, then one of 8), each at
+  # its global column offset (the self pairs' test).
   fn, arrays, kw = _setup(case, "interpret")
-  kw["config"] = kernel_path_config("tiled", D, jnp.float32)
+  kw["config"] = kernel_path_config(path, D, jnp.float32)
+  if path == "tiled_paired_cols":
+    arrays = list(ring_batch(80, D, K)[:len(arrays)])
+    kw["config"] = kw["config"].evolve(budgets=dict(pair_block_cols=32))
   tau = kw.pop("tau_plus", 0.0)
   per_shard = lambda *a, temperature, axis_name: fn(
       *a, temperature=temperature, tau_plus=tau, axis_name=axis_name, **kw)

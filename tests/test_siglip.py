@@ -88,6 +88,7 @@ def test_low_precision_against_the_float64_reference(backend, dtype):
 @pytest.mark.parametrize("path,option", [("tiled", None), ("partials", "dims"),
                                          ("paired", "where"), ("paired", None),
                                          ("tiled", "dims+where"), ("tiled_paired", "dims"),
+                                         ("tiled_paired_cols", "where"),
                                          ("epilogue_halves", "where"),
                                          ("epilogue_quarters", None)])
 def test_kernels_under_the_interpreter(path, option):

@@ -244,15 +244,21 @@ class Budgets(_Group):
       slab starves its XLA dot).
     bwd_pair_max_batch: blocks of at most this many columns take ``bwd_pair`` even
       where it is off; 0: none.
+    pair_block_cols: the paired tiled gradient's coefficient slabs span this many
+      columns at a time (rounded down to whole column tiles), each slab of rows
+      walking the columns block by block, so that the columns' fp32 gradient is read
+      and written once a slab of rows and block, not once a thinner slab across every
+      column; 0: every column at once.
   """
 
-  _ZERO_OK = ("bwd_pair_max_batch",)
+  _ZERO_OK = ("bwd_pair_max_batch", "pair_block_cols")
 
   max_programs: int = 264
   min_programs: int = 264
   slab_kib: int = 65536
   min_slab_rows: int = 512
   bwd_pair_max_batch: int = 0
+  pair_block_cols: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

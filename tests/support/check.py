@@ -97,7 +97,7 @@ def kernel_path_config(path, d, dtype):
   "tiled" (tiled forward and gradient, a pass per tower) or "tiled_col_pass" (the
   same, the forward's columns from a second pass over the swapped block) or
   "tiled_paired" (both towers' gradients from one set of coefficient slabs where both
-  are needed), with tiles small enough that batches of a few dozen rows span several tiles and,
+  are needed; "tiled_paired_cols": slabs in column blocks), with tiles small enough that batches of a few dozen rows span several tiles and,
   tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
   64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
@@ -118,6 +118,10 @@ def kernel_path_config(path, d, dtype):
       "tiled_col_pass": dict(tiles, algorithm=dict(tiled, fwd_col_pass=True)),
       # the same, both towers' gradients from one set of slabs (bwd_pair)
       "tiled_paired": dict(tiles, algorithm=dict(tiled, bwd_pair=True)),
+      # the same, each slab of rows walking blocks of 64 columns (a narrower last one
+      # where the batch is not a multiple of 64)
+      "tiled_paired_cols": dict(tiles, algorithm=dict(tiled, bwd_pair=True),
+                                budgets=dict(tiles["budgets"], pair_block_cols=64)),
       "paired": dict(algorithm=dict(bwd_pair=True),
                      budgets=dict(slab_kib=1, min_slab_rows=1)),
       # tiled_paired with tiles of 64 / 128 fp32 entries a thread (one warp): a sigmoid

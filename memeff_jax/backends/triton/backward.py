@@ -347,10 +347,17 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, *, rows_fwd=False, want_m
   col_tiles = cdiv(m, bn)
   # fp16 slabs could overflow once the prefix tables (>= 1) multiply the coefficients.
   c_dtype = jnp.float32 if (prefix is not None and x.dtype == jnp.float16) else x.dtype
+  # Paired, the slabs may span column blocks of `width` columns (Budgets.pair_block_cols;
+  # the last `tail` columns in a narrower one): each slab of rows then walks the blocks,
+  # its rows' gradient summed in fp32 across them.
+  width = m
+  if pair is not None and config.budgets.pair_block_cols:
+    width = min(m, max(bn, config.budgets.pair_block_cols // bn * bn))
+  blocks, tail = divmod(m, width)
   # The budget counts the slabs; their fp32 per-tile sums (4 / (BLOCK_N itemsize) of
   # them) ride on top, so that a power-of-two budget and batch give whole slabs (at
   # B = 16384 the 64 MiB budget is 8 slabs of 2048 rows, not 9 of 1856 padded to 16704).
-  rows = slab_rows(n, bm, k * m * jnp.dtype(c_dtype).itemsize, config,
+  rows = slab_rows(n, bm, k * width * jnp.dtype(c_dtype).itemsize, config,
                    min_rows=config.budgets.min_slab_rows)
   want_cs_col = pair is not None and pair[0]
   sigmoid = flags["SIGMOID"]
@@ -364,17 +371,20 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, *, rows_fwd=False, want_m
   tile_flags["EPI_SPLIT"] = min(4, max(1, bm * bn // (32 * config.bwd.num_warps *
                                                       EPI_ENTRIES))) if c.fwd else 1
   f32 = jnp.float32
-  per_row = lambda want: jax.ShapeDtypeStruct((k, col_tiles, rows) if want else (1,), f32)
-  out_shapes = [jax.ShapeDtypeStruct((k, rows, m), c_dtype), per_row(want_cs),
-                jax.ShapeDtypeStruct((k, rows // bm, m) if want_cs_col else (1,), f32),
-                per_row(sums), per_row(c.fwd), per_row(c.fwd or want_max)]
+
+  def out_shapes(w):   # a slab of w columns
+    per_row = lambda want: jax.ShapeDtypeStruct((k, cdiv(w, bn), rows) if want else (1,), f32)
+    return [jax.ShapeDtypeStruct((k, rows, w), c_dtype), per_row(want_cs),
+            jax.ShapeDtypeStruct((k, rows // bm, w) if want_cs_col else (1,), f32),
+            per_row(sums), per_row(c.fwd), per_row(c.fwd or want_max)]
+
   precision = dot_precision(config, c_dtype)
   y_dot = y.astype(c_dtype)
   padded = cdiv(n, rows) * rows
   xb, yb, _ = bias_args(c.masks, padded, col_tiles * bn)
   x_dot = jnp.pad(x, ((0, padded - n), (0, 0))).astype(c_dtype) if pair is not None else None
   segments = list(zip((0,) + ends[:-1], ends))
-  # [rows, m] slab k times [m, features of segment k] (dx), or its transpose times the
+  # [rows, w] slab k times [w, features of segment k] (dx), or its transpose times the
   # slab's rows of x (dy): fp32 accumulation.
   times = lambda a, v, dims: jax.lax.dot_general(a, v, (dims, ((), ())), precision=precision,
                                                   preferred_element_type=f32)
@@ -382,38 +392,79 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, *, rows_fwd=False, want_m
   # the tile kernel's scalars: scale * log2(e) and the sigmoid's bias (coefs.scal[0, 3])
   tile_scal = jnp.stack([scal[0], scal[3]])
 
-  def body(r0, carry):
-    dx, big, cs, dy, cs_col, c1, sp, mx = carry
+  def cols_of(v, c0, w, axis):   # columns [c0, c0 + w) of v along axis (all: v itself)
+    return v if w == v.shape[axis] else jax.lax.dynamic_slice_in_dim(v, c0, w, axis)
+
+  def add_cols(acc, c0, part, axis):   # acc[columns c0 ...] += part
+    if part.shape[axis] == acc.shape[axis]:
+      return acc + part
+    return jax.lax.dynamic_update_slice_in_dim(
+        acc, cols_of(acc, c0, part.shape[axis], axis) + part, c0, axis)
+
+  def col_stats(v, c0, w):   # a column statistic, [K * m] (or a [1] dummy), for w columns
+    if v.shape[0] != k * m or w == m:
+      return v
+    return cols_of(v.reshape(k, m), c0, w, 1).reshape(-1)
+
+  def block(r0, c0, w, acc):
+    """Slab r0's coefficients on columns [c0, c0 + w), multiplied in; acc: the slab's
+    running sums (None before its first block) and the columns' accumulators."""
+    (dxa, cs_a, c1_a, sp_a, mx_a), dy, cs_col = acc
+    side = side_stats[:3] + tuple(col_stats(v, c0, w) for v in side_stats[3:])
+    yb_w = yb if yb.shape[0] == 1 else cols_of(yb, c0, cdiv(w, bn) * bn, 0)
+    y_tab_w = y_tab if not has_tab else cols_of(y_tab, c0, w, 1)
+    offs = stack_offsets((offsets[0], offsets[1] + c0), r0) if w < m else \
+        stack_offsets(offsets, r0)
     coef, cs_part, cs_col_part, c1_part, sp_part, mx_part = call(
-        _tile_coef_bwd_kernel, x, y, tile_scal, stack_offsets(offsets, r0), *side_stats,
-        x_tab, y_tab, xb, yb, n, m, out_shapes=out_shapes, grid=(rows // bm, col_tiles),
+        _tile_coef_bwd_kernel, x, cols_of(y, c0, w, 0), tile_scal, offs, *side,
+        x_tab, y_tab_w, xb, yb_w, n, w, out_shapes=out_shapes(w),
+        grid=(rows // bm, cdiv(w, bn)),
         num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
         name="memeff/lse_fwd_rows_tiled" if rows_fwd else "memeff/tile_coef_bwd",
         interpret=c.interpret, D=d, BLOCK_M=bm, BLOCK_N=bn,
         BLOCK_K=block_k, NUM_K=num_k, K=k, SEGS=segs, HAS_TAB=has_tab,
         WANT_CS_COL=want_cs_col, SPAN=SHARED_SPAN, WANT_SUM=rows_fwd, WANT_MAX=want_max,
         **tile_flags)
-    part = jnp.concatenate([times(coef[i], y_dot[:, lo:hi], ((1,), (0,)))
+    y_w = cols_of(y_dot, c0, w, 0)
+    part = jnp.concatenate([times(coef[i], y_w[:, lo:hi], ((1,), (0,)))
                             for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
+    plus = lambda a, v: v if a is None else a + v
+    dxa = plus(dxa, part)
+    cs_a = plus(cs_a, jnp.sum(cs_part, axis=1)) if want_cs else None
+    c1_a = plus(c1_a, jnp.sum(c1_part, axis=1)) if sums else None
+    sp_a = plus(sp_a, jnp.sum(sp_part, axis=1)) if c.fwd else None
+    if c.fwd or want_max:
+      mx_b = jnp.max(mx_part, axis=1)
+      mx_a = mx_b if mx_a is None else jnp.maximum(mx_a, mx_b)
+    if pair is not None:
+      x_slab = jax.lax.dynamic_slice_in_dim(x_dot, r0, rows)
+      dy = add_cols(dy, c0, jnp.concatenate([times(coef[i], x_slab[:, lo:hi], ((0,), (0,)))
+                                             for i, (lo, hi) in enumerate(segments)],
+                                            axis=1) * scal[1], 0)
+    if want_cs_col:
+      cs_col = add_cols(cs_col, c0, jnp.sum(cs_col_part, axis=1) * g_max, 1)
+    return (dxa, cs_a, c1_a, sp_a, mx_a), dy, cs_col
+
+  def body(r0, carry):
+    dx, big, cs, dy, cs_col, c1, sp, mx = carry
+    acc = block(r0, 0, width, ((None,) * 5, dy, cs_col))
+    if blocks > 1:
+      acc = jax.lax.fori_loop(1, blocks, lambda j, a: block(r0, j * width, width, a), acc)
+    if tail:
+      acc = block(r0, blocks * width, tail, acc)
+    (part, cs_a, c1_a, sp_a, mx_a), dy, cs_col = acc
     if rows_fwd:
       part, part_big = scale_rows(part, x.dtype)
       big = jax.lax.dynamic_update_slice(big, part_big, (r0, 0))
     dx = jax.lax.dynamic_update_slice(dx, part.astype(dx.dtype), (r0, 0))
     if want_cs:
-      cs = jax.lax.dynamic_update_slice(cs, jnp.sum(cs_part, axis=1) * g_max, (0, r0))
-    if pair is not None:
-      x_slab = jax.lax.dynamic_slice_in_dim(x_dot, r0, rows)
-      dy = dy + jnp.concatenate([times(coef[i], x_slab[:, lo:hi], ((0,), (0,)))
-                                 for i, (lo, hi) in enumerate(segments)], axis=1) * scal[1]
-    if want_cs_col:
-      cs_col = cs_col + jnp.sum(cs_col_part, axis=1) * g_max
+      cs = jax.lax.dynamic_update_slice(cs, cs_a * g_max, (0, r0))
     if sums:
-      c1 = jax.lax.dynamic_update_slice(c1, jnp.sum(c1_part, axis=1) * g_max, (0, r0))
+      c1 = jax.lax.dynamic_update_slice(c1, c1_a * g_max, (0, r0))
     if c.fwd:   # (natural units, as lse_fwd gives them)
-      sp = jax.lax.dynamic_update_slice(sp, jnp.sum(sp_part, axis=1), (0, r0))
+      sp = jax.lax.dynamic_update_slice(sp, sp_a, (0, r0))
     if c.fwd or want_max:   # (FWD: z, natural units; else s)
-      mx = jax.lax.dynamic_update_slice(
-          mx, jnp.max(mx_part, axis=1) * (LN2 if c.fwd else 1.0), (0, r0))
+      mx = jax.lax.dynamic_update_slice(mx, mx_a * (LN2 if c.fwd else 1.0), (0, r0))
     return dx, big, cs, dy, cs_col, c1, sp, mx
 
   per_row = lambda want: jnp.zeros((k, padded), f32) if want else None
