@@ -356,7 +356,9 @@ def _tower(v: jax.Array, dims, raw: jax.Array | None = None, scale: jax.Array | 
   renormalized from an fp32 copy, rounded once (``_unit_prefixes``; the K prefixes'
   cotangents sum there and round once); unit_rows: v holds raw's unit rows. scale:
   ``pow2_scale`` of the rows that ``v`` holds scaled by it."""
-  v32 = v.astype(_terms.glue_dtype(v.dtype))
+  # (float16: the cotangent of every use sums in fp32 and rounds once, saturating, as
+  # a zero prefix's tables (1e12) scale it beyond float16, docs/math.md §2)
+  v32 = upcast(v)
   tab = None if dims is None else _inverse_norms(v32, dims, scale)
   pre = pre32 = None
   if raw is not None:

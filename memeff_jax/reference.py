@@ -16,7 +16,7 @@ from jax import lax
 
 from memeff_jax._checkify import value_checks
 from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, is_zero, normalize,
-                               poison, stable_scale)
+                               poison, stable_scale, upcast)
 from memeff_jax._validation import (check_dims, check_negatives, check_partition,
                                     check_weights)
 from memeff_jax.matryoshka import matryoshka
@@ -385,9 +385,9 @@ def siglip_loss(image_features, text_features, **kwargs):
   return siglip_loss_with_stats(image_features, text_features, **kwargs)[0]
 
 
-def _prefix_unit(v, m):
-  """Prefix ``v[..., :m]`` renormalized in fp32 (docs/math.md §8.1)."""
-  return normalize(v[..., :m].astype(_acc(v.dtype)))
+def _prefix_unit(v32, m):
+  """Prefix ``v32[..., :m]`` (fp32 or fp64) renormalized (docs/math.md §8.1)."""
+  return normalize(v32[..., :m])
 
 
 def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],
@@ -406,7 +406,9 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   d = features[0].shape[-1]
   dims = check_dims("dims", dims, d, last_equals_d=True)
   weights = check_weights("weights", weights, len(dims))
-  feats = [f if (f is None or normalized_inputs) else normalize(f)
+  # (one fp32 copy each: the prefixes' cotangents sum there and round once, saturating
+  # for float16, docs/math.md §2)
+  feats = [None if f is None else upcast(f if normalized_inputs else normalize(f))
            for f in features + (shared_negatives,)]
   cut = lambda m: [None if f is None else _prefix_unit(f, m) for f in feats]
   extra = lambda v: {} if shared_negatives is None else {"shared_negatives": v}

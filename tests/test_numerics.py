@@ -249,6 +249,36 @@ def test_float16_zero_row_has_finite_gradient(backend, dims, per_dim):
   assert grad_err(g16[rest], g32[rest]) <= LOW[jnp.dtype(jnp.float16)][1]
 
 
+@pytest.mark.parametrize("backend,per_dim", [
+    ("reference", False), ("blockwise", False), ("blockwise", True), ("interpret", False)])
+def test_float16_zero_prefix_has_finite_gradient(backend, per_dim):
+  # A row whose first Matryoshka prefix is zero (the rest not): its prefix tables (1e12)
+  # scale its gradient there beyond float16. The uses of the unit rows sum their
+  # cotangents in fp32 and round once, saturating (docs/math.md §2): finite, with the
+  # float32 gradient's signs on the prefix, and within float16's tolerance elsewhere.
+  # (The seed gives a feature whose cotangents from the two dims overflow float16 with
+  # opposite signs: summed in float16 they made inf - inf, a NaN.)
+  r = np.random.default_rng(5)
+  x, y = (r.standard_normal((6, 24)) for _ in range(2))
+  x[2, :8] = 0.0
+  big = float(jnp.finfo(jnp.float16).max)
+  kw = dict(matryoshka_per_dim=per_dim) if backend != "reference" else {}
+  grad = lambda dt: np.asarray(jax.jit(jax.grad(lambda a, b: clip_loss(
+      a, b, backend=backend, matryoshka_dims=(8, 24), **kw), argnums=(0, 1)))(
+          jnp.asarray(x, dt), jnp.asarray(y, dt))[0], np.float64)
+  g16, g32 = grad(jnp.float16), grad(jnp.float32)
+  assert np.all(np.isfinite(g16))
+  assert np.abs(g32[2, :8]).min() > big    # beyond float16's range on the whole prefix
+  np.testing.assert_array_equal(np.sign(g16[2, :8]), np.sign(g32[2, :8]))
+  # (one block: saturated at the unit rows, then normalization's 1 / ||x_2||; per dim:
+  # at the raw rows; each within float16's rounding)
+  assert np.abs(g16[2, :8]).min() >= 0.999 * big / np.linalg.norm(x[2])
+  rest = np.ones_like(g16, bool)
+  rest[2, :8] = False
+  assert np.abs(g16[rest] - g32[rest]).max() <= LOW[jnp.dtype(jnp.float16)][1] * np.abs(
+      g32[rest]).max()
+
+
 # Rows whose Matryoshka prefix (or whole row) has a norm at or below the 1e-12 clamp:
 # (name, normalized_inputs, edit of x). Row 2 is the degenerate one.
 _DEGENERATE = [
