@@ -15,13 +15,18 @@ from jax import lax
 
 
 def to_varying(v, axis_name):
-  """Mark device-invariant values (a pytree) as varying over ``axis_name``."""
+  """Mark values (a pytree) as varying over ``axis_name`` (a name or a tuple of them),
+  over the axes each does not vary over yet."""
+  names = () if axis_name is None else (
+      tuple(axis_name) if isinstance(axis_name, tuple) else (axis_name,))
+
   def one(a):
-    if axis_name is None or axis_name in varying_axes(a):
+    missing = tuple(n for n in names if n not in varying_axes(a))
+    if not missing:
       return a
     if hasattr(lax, "pcast"):
-      return lax.pcast(a, axis_name, to="varying")
-    return lax.pvary(a, axis_name)  # jax < 0.8
+      return lax.pcast(a, missing, to="varying")
+    return lax.pvary(a, missing)  # jax < 0.8
   return jax.tree.map(one, v)
 
 

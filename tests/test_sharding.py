@@ -121,16 +121,19 @@ def test_static_keywords_compile_once():
   f(x, y, backend="blockwise", matryoshka_dims=[4, D])      # unhashable: still runs
 
 
-@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3"])
-def test_shared_negatives_with_where_on_the_ring(family):
+@pytest.mark.parametrize("family,axes", [("clip", 1), ("lit", 1), ("qwen3", 1),
+                                         ("lit_qwen3", 1), ("qwen3", 2)])
+def test_shared_negatives_with_where_on_the_ring(family, axes):
   # Shared negative columns travel the ring beside a where= mask, the caller's (8 rows
   # on 4 devices, row 1 removed) or the one sharded adds to an uneven batch (7 rows):
-  # the loss and gradients of the kept rows on one device.
+  # the loss and gradients of the kept rows on one device. axes = 2: the batch over
+  # both axes of a 2 x 2 mesh.
   fn = getattr(mj, f"{family}_loss")
   x, y, _ = _data()
   cols = jax.random.normal(jax.random.key(3), (4, D), jnp.float32)
   kw = dict(backend="blockwise", temperature=0.1)
-  f = mj.sharded(fn, Mesh(np.array(jax.devices()[:4]), ("batch",)), "batch")
+  f = (mj.sharded(fn, Mesh(np.array(jax.devices()[:4]), ("batch",)), "batch") if axes == 1
+       else mj.sharded(fn, MESHES["auto"](), ("data", "fsdp")))
   keep = np.arange(B) != 1
   for rows, where in [(B, keep), (B - 1, None)]:
     a, b = x[:rows], y[:rows]
