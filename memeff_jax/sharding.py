@@ -155,18 +155,25 @@ def _static_sequence(v):
     return v
 
 
+def _positional(loss_fn) -> list:
+  """The parameters ``loss_fn`` takes by position, in order ([] where its signature
+  cannot be read)."""
+  try:
+    params = inspect.signature(loss_fn).parameters.values()
+  except (TypeError, ValueError):
+    return []
+  return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
 def _columns_by_keyword(loss_fn, args, kwargs):
   """A column array passed positionally (``qwen3_loss(q, d, None, shared)``) moved to
   the keywords, with every positional argument after it, by their names."""
-  try:
-    params = [p.name for p in inspect.signature(loss_fn).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-  except (TypeError, ValueError):
-    return args, kwargs
-  cut = next((i for i, name in enumerate(params[:len(args)]) if name in _COLUMNS), None)
-  if cut is None or len(args) > len(params) or any(p in kwargs for p in params[cut:len(args)]):
+  params = _positional(loss_fn)[:len(args)]
+  cut = next((i for i, p in enumerate(params) if p.name in _COLUMNS), None)
+  if cut is None or len(args) > len(params) or any(
+      p.kind == p.POSITIONAL_ONLY or p.name in kwargs for p in params[cut:]):
     return args, kwargs   # (the loss's own call then says what is wrong)
-  return args[:cut], dict(kwargs, **dict(zip(params[cut:], args[cut:])))
+  return args[:cut], dict(kwargs, **{p.name: a for p, a in zip(params[cut:], args[cut:])})
 
 
 def _takes_where(loss_fn) -> bool:
@@ -197,11 +204,7 @@ def _is_array(v) -> bool:
 def _named(loss_fn, args, arrays):
   """(argument name, value) of every array the caller passed, names from the
   signature where it has them."""
-  try:
-    params = [p.name for p in inspect.signature(loss_fn).parameters.values()
-              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-  except (TypeError, ValueError):
-    params = []
+  params = [p.name for p in _positional(loss_fn)]
   named = [(params[i] if i < len(params) else f"positional argument {i}", a)
            for i, a in enumerate(args)]
   named += list(arrays.items())
