@@ -385,11 +385,6 @@ def siglip_loss(image_features, text_features, **kwargs):
   return siglip_loss_with_stats(image_features, text_features, **kwargs)[0]
 
 
-def _prefix_unit(v32, m):
-  """Prefix ``v32[..., :m]`` (fp32 or fp64) renormalized (docs/math.md §8.1)."""
-  return normalize(v32[..., :m])
-
-
 def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],
                                 weights=None, normalized_inputs=False, shared_negatives=None,
                                 **kwargs):
@@ -410,7 +405,7 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   # for float16, docs/math.md §2)
   feats = [None if f is None else upcast(f if normalized_inputs else normalize(f))
            for f in features + (shared_negatives,)]
-  cut = lambda m: [None if f is None else _prefix_unit(f, m) for f in feats]
+  cut = lambda m: [None if f is None else normalize(f[..., :m]) for f in feats]   # §8.1
   extra = lambda v: {} if shared_negatives is None else {"shared_negatives": v}
   outs = [loss_fn(*cut(m)[:-1], **extra(cut(m)[-1]), normalized_inputs=True, **kwargs)
           for m in dims]

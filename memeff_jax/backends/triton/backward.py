@@ -392,8 +392,11 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, *, rows_fwd=False, want_m
   # the tile kernel's scalars: scale * log2(e) and the sigmoid's bias (coefs.scal[0, 3])
   tile_scal = jnp.stack([scal[0], scal[3]])
 
-  def cols_of(v, c0, w, axis):   # columns [c0, c0 + w) of v along axis (all: v itself)
-    return v if w == v.shape[axis] else jax.lax.dynamic_slice_in_dim(v, c0, w, axis)
+  def cols_of(v, c0, w, axis):   # columns [c0, c0 + w) of v along axis (all, or a [1]
+    # placeholder: v itself)
+    if v.shape == (1,) or w == v.shape[axis]:
+      return v
+    return jax.lax.dynamic_slice_in_dim(v, c0, w, axis)
 
   def add_cols(acc, c0, part, axis):   # acc[columns c0 ...] += part
     if part.shape[axis] == acc.shape[axis]:
@@ -402,22 +405,18 @@ def _lse_bwd_tiled(x, y, scale, offsets, coefs: Coefs, *, rows_fwd=False, want_m
         acc, cols_of(acc, c0, part.shape[axis], axis) + part, c0, axis)
 
   def col_stats(v, c0, w):   # a column statistic, [K * m] (or a [1] dummy), for w columns
-    if v.shape[0] != k * m or w == m:
-      return v
-    return cols_of(v.reshape(k, m), c0, w, 1).reshape(-1)
+    return v if v.shape == (1,) or w == m else cols_of(v.reshape(k, m), c0, w, 1).reshape(-1)
 
   def block(r0, c0, w, acc):
     """Slab r0's coefficients on columns [c0, c0 + w), multiplied in; acc: the slab's
     running sums (None before its first block) and the columns' accumulators."""
     (dxa, cs_a, c1_a, sp_a, mx_a), dy, cs_col = acc
     side = side_stats[:3] + tuple(col_stats(v, c0, w) for v in side_stats[3:])
-    yb_w = yb if yb.shape[0] == 1 else cols_of(yb, c0, cdiv(w, bn) * bn, 0)
-    y_tab_w = y_tab if not has_tab else cols_of(y_tab, c0, w, 1)
-    offs = stack_offsets((offsets[0], offsets[1] + c0), r0) if w < m else \
-        stack_offsets(offsets, r0)
     coef, cs_part, cs_col_part, c1_part, sp_part, mx_part = call(
-        _tile_coef_bwd_kernel, x, cols_of(y, c0, w, 0), tile_scal, offs, *side,
-        x_tab, y_tab_w, xb, yb_w, n, w, out_shapes=out_shapes(w),
+        _tile_coef_bwd_kernel, x, cols_of(y, c0, w, 0), tile_scal,
+        stack_offsets((offsets[0], offsets[1] + c0), r0), *side, x_tab,
+        cols_of(y_tab, c0, w, 1), xb, cols_of(yb, c0, cdiv(w, bn) * bn, 0), n, w,
+        out_shapes=out_shapes(w),
         grid=(rows // bm, cdiv(w, bn)),
         num_warps=config.bwd.num_warps, num_stages=config.bwd.num_stages,
         name="memeff/lse_fwd_rows_tiled" if rows_fwd else "memeff/tile_coef_bwd",
