@@ -366,23 +366,28 @@ def test_reference_matryoshka_validation():
 
 # --- KernelConfig ------------------------------------------------------------------
 
-@pytest.mark.parametrize("field,value", [("fwd_tiled", 1), ("bwd_tiled", "yes"),
-                                         ("slab_kib", 0), ("min_slab_rows", -1),
-                                         ("fwd_block_m", 48), ("fwd_one_sided_warps", 0),
-                                         ("bwd_num_warps", True), ("matryoshka_per_dim", 1),
-                                         ("bwd_pair_max_batch", -1),
-                                         ("bwd_pair_max_batch", 2.0),
-                                         ("bwd_row_role", (128, 1))])
+# A value of the wrong type raises TypeError, a right-typed value out of range ValueError
+# (STYLE.md §3), as the losses' own keywords do.
+@pytest.mark.parametrize("field,value,error", [
+    ("fwd_tiled", 1, TypeError), ("bwd_tiled", "yes", TypeError),
+    ("slab_kib", 0, ValueError), ("min_slab_rows", -1, ValueError),
+    ("fwd_block_m", 48, ValueError), ("fwd_one_sided_warps", 0, ValueError),
+    ("bwd_num_warps", True, TypeError), ("matryoshka_per_dim", 1, TypeError),
+    ("bwd_pair_max_batch", -1, ValueError), ("bwd_pair_max_batch", 2.0, TypeError),
+    ("pair_block_cols", "8192", TypeError), ("bwd_row_role", (128, 1), TypeError)])
 @pytest.mark.filterwarnings("ignore:KernelConfig.*flat spellings:DeprecationWarning")
-def test_bad_config_fields_raise(field, value):
+def test_bad_config_fields_raise(field, value, error):
   # (the flat spellings on purpose: each still validates, naming its field)
-  with pytest.raises((ValueError, TypeError), match=field):
+  with pytest.raises(error, match=field):
     KernelConfig(**{field: value})
 
 
-@pytest.mark.parametrize("field,value", [("block_n", 48), ("num_stages", 0), ("tma", 1)])
-def test_bad_role_tiles_raise(field, value):
-  with pytest.raises(ValueError, match=f"RoleTiles.{field}"):
+@pytest.mark.parametrize("field,value,error", [("block_n", 48, ValueError),
+                                               ("num_stages", 0, ValueError),
+                                               ("num_stages", 2.0, TypeError),
+                                               ("tma", 1, TypeError)])
+def test_bad_role_tiles_raise(field, value, error):
+  with pytest.raises(error, match=f"RoleTiles.{field}"):
     RoleTiles(**{field: value})
 
 

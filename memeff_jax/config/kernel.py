@@ -17,10 +17,6 @@ from typing import Any, Literal
 Precision = Literal["tf32", "tf32x3", "ieee"]
 
 
-def _positive_int(v, allow_zero: bool = False) -> bool:
-  return isinstance(v, int) and not isinstance(v, bool) and v >= (0 if allow_zero else 1)
-
-
 class _Group:
   """Validation shared by the groups: ``_FLAT`` is the prefix of the fields' flat
   (pre-group) names, which the error messages also give."""
@@ -45,11 +41,13 @@ class _Group:
           raise TypeError(f"{name} must be a {self._NESTED[f.name].__name__}, got {v!r}")
       elif f.name in self._BOOLS:
         if not isinstance(v, bool):
-          raise ValueError(f"{name} must be a bool, got {v!r}")
+          raise TypeError(f"{name} must be a bool, got {v!r}")
+      elif not isinstance(v, int) or isinstance(v, bool):
+        raise TypeError(f"{name} must be an int, got {v!r}")
       elif f.name in self._ZERO_OK:
-        if not _positive_int(v, allow_zero=True):
+        if v < 0:
           raise ValueError(f"{name} must be an int >= 0, got {v!r}")
-      elif not _positive_int(v):
+      elif v < 1:
         raise ValueError(f"{name} must be a positive int, got {v!r}")
     for field in self._POW2:
       v = getattr(self, field)
