@@ -161,7 +161,7 @@ def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
         f"{family.name} does not support forward-mode differentiation (jax.jvp, "
         f"jax.jacfwd): its gradient is a custom VJP (reverse mode: jax.grad, jax.vjp, "
         f"jax.jacrev). For a Jacobian use jax.jacrev; for a JVP, backend='reference' on "
-        f"float32 or float64 features") from e
+        f"features other than float16") from e
 
 
 def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:

@@ -36,7 +36,7 @@ def raises(fn) -> str:
       fill(f"ValueError: bad shapes{frags(ValueError)}.", "  "),
       fill(f"TypeError: non-floating, unsupported (float8, ...) or mismatched dtypes"
            f"{frags(TypeError)}; forward-mode differentiation (``jax.jvp``, "
-           f"``jax.jacfwd``) but on the reference with float32 / float64 features.", "  "),
+           f"``jax.jacfwd``) but on the reference with features other than float16.", "  "),
       "  NotImplementedError: ``vmap`` / ``jacrev`` / grad-of-grad over the Triton backends.",
       "",
       textwrap.fill(

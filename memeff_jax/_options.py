@@ -148,14 +148,14 @@ TABLE = (
     Option("matryoshka_weights", None, """one float per Matryoshka dim (default 1.0 each; not
       normalized). Needs ``matryoshka_dims``.""", check=_weights,
            type=tuple[float, ...] | None),
-    _flag("normalized_inputs", False, """skip the L2 normalization (done in the input dtype
-      otherwise). Matryoshka prefixes are renormalized either way."""),
+    _flag("normalized_inputs", False, """skip the L2 normalization (otherwise computed in fp32, fp64 for
+      fp64 inputs, and rounded once to the input dtype; docs/math.md §2). Matryoshka prefixes are renormalized either way."""),
     _flag("stable", True, """multiply the whole gradient (the temperature's too) by sqrt(B t), B
       the global batch, t held constant in the factor; the value is unchanged. Default
       True, as in memeff; ``stable=False`` gives ``jax.grad`` of the value
       (docs/math.md §7.5)."""),
-    _flag("deterministic", False, """accepted for memeff parity: every backend is deterministic
-      already (no atomics, fixed reduction orders)."""),
+    _flag("deterministic", False, """accepted and changes nothing: every backend is
+      deterministic already (no atomics, fixed reduction orders)."""),
     Option("backend", "auto", """"auto" (Triton on a GPU where jax-triton imports, else blockwise),
       "triton", "interpret" (the Triton kernels under Triton's CPU interpreter),
       "blockwise" (pure JAX, any platform) or "reference" (dense, O(B^2) memory).

@@ -22,7 +22,8 @@ MARGIN_TIE = 2.0**-10
 
 
 class ContrastiveStats(NamedTuple):
-  """Diagnostics returned by the ``*_with_stats`` losses.
+  """Diagnostics returned by the ``*_with_stats`` losses. The fields' float32 is float64
+  for float64 features, the accuracies excepted.
 
   Attributes:
     z_loss: float32 scalar, the z-loss term included in the loss,
@@ -54,7 +55,8 @@ class ContrastiveStats(NamedTuple):
 
 
 class SigLIPStats(NamedTuple):
-  """Diagnostics returned by :func:`siglip_loss_with_stats`.
+  """Diagnostics returned by :func:`siglip_loss_with_stats` (float32 fields: float64 for
+  float64 features, the accuracy excepted).
 
   Attributes:
     loss_positive: float32, the positives' part of the loss,
@@ -150,8 +152,6 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
   """
   if tau is None:
     ell = jax.nn.softplus(lse_neg - pos_logit)            # log(1 + sum_neg / pos)
-  elif isinstance(n_neg, int) and n_neg == 0:            # Den = pos: nothing to debias
-    ell = jnp.zeros_like(pos_logit)
   else:
     has_neg = lse_neg > -jnp.inf
     d = jnp.where(has_neg, lse_neg - pos_logit, 0.0)     # log(sum_neg / pos)

@@ -204,8 +204,9 @@ def check_where(where, n: int):
 def check_negatives(tau, n_neg: int, batch: int) -> None:
   """Debiasing estimates the negatives' distribution: it needs some."""
   if tau is not None and n_neg == 0:
-    raise ValueError(f"tau_plus needs negatives, but a global batch of {batch} without hard "
-                     f"negatives has none: pass tau_plus=0.0 or a larger batch")
+    raise ValueError(f"tau_plus needs negatives, but at a global batch of {batch} a softmax of "
+                     f"this loss has none (hard negatives join only the queries' softmax): "
+                     f"pass tau_plus=0.0 or a larger batch")
 
 
 def check_config(config, backend: str):
@@ -294,8 +295,8 @@ def check_weights(name: str, weights, k: int) -> tuple[float, ...]:
     return (1.0,) * k
   if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
     raise TypeError(f"{name} must be a sequence of floats, got {name}={weights!r}")
-  if any(isinstance(w, (bool, np.bool_)) for w in weights):
-    raise TypeError(f"{name} must hold numbers, not bools, got {name}={tuple(weights)!r}")
+  if any(isinstance(w, (bool, np.bool_, str, bytes)) for w in weights):
+    raise TypeError(f"{name} must hold numbers, got {name}={tuple(weights)!r}")
   try:
     weights = tuple(float(w) for w in weights)
   except (TypeError, jax.errors.ConcretizationTypeError) as e:

@@ -38,7 +38,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     weights: one finite float per dim (default 1.0 each; not normalized).
 
   Returns:
-    A function with ``loss_fn``'s arguments returning the float32 weighted sum.
+    A function with ``loss_fn``'s arguments returning the weighted sum (a float32 scalar;
+    float64 for float64 features).
 
   Raises:
     ValueError: empty, non-increasing or non-positive ``dims``; ``dims[-1] > d``

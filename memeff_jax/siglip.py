@@ -82,7 +82,7 @@ forward pass computes the gradient too, from the same tiles (docs/math.md §12).
     "text_features": "[batch, d], same dtype; the columns."}) + """
 
 Returns:
-  The loss, a float32 scalar.
+  The loss, a float32 scalar (float64 for float64 features).
 
 Gradient differences from ``jax.grad(reference.siglip_loss)``: none beyond ``stable``.
 

@@ -133,6 +133,26 @@ def test_forward_mode_is_a_clear_error(fn, transform):
     run()
 
 
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32, jnp.float16])
+def test_forward_mode_on_the_reference(dtype):
+  # The reference has no custom VJP and takes jvp, but for float16: its normalization's
+  # cotangent saturates in a custom VJP (README "Transformations").
+  a, b, v = (jax.random.normal(jax.random.key(k), (6, 8)).astype(dtype) for k in range(3))
+  f = lambda u: clip_loss(u, b, backend="reference", stable=False)
+  if dtype == jnp.float16:
+    with pytest.raises(TypeError, match="backend='reference' on features other than float16"):
+      jax.jvp(f, (a,), (v,))
+    return
+  _, tangent = jax.jvp(f, (a,), (v,))
+  # against float32 reverse mode on the same (rounded) values, <grad, v>; bfloat16 rounds
+  # the unit rows once more (2^-8 relative)
+  up = lambda z: z.astype(jnp.float32)
+  g = jax.grad(lambda u: clip_loss(u, up(b), backend="reference", stable=False))(up(a))
+  want = jnp.vdot(g, up(v))
+  assert abs(tangent - want) <= (2.0**-8 if dtype == jnp.bfloat16 else 1e-6) * jnp.linalg.norm(g) \
+      * jnp.linalg.norm(up(v)), (tangent, want)
+
+
 def test_unknown_keyword_names_the_loss():
   with pytest.raises(TypeError, match="^lit_qwen3_loss\\(\\) got an unexpected keyword "
                                       "argument 'use_dd_negatives'"):
@@ -187,8 +207,19 @@ def test_tau_plus_without_negatives_raises(backend, fn, arrays, tau):
   # A global batch of 1 has no negatives to debias (it used to give NaN or 0.0).
   a = [jnp.ones(s, jnp.float32) for s in arrays]
   tau = jnp.full((1,), 0.1) if tau == "rows" else tau
-  with pytest.raises(ValueError, match="tau_plus needs negatives, but a global batch of 1"):
+  with pytest.raises(ValueError, match="tau_plus needs negatives, but at a global batch of 1"):
     fn(*a, tau_plus=tau, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
+def test_tau_plus_without_negatives_in_one_direction_raises(backend):
+  # Hard negatives join the queries' softmax only: per direction, the documents' softmax
+  # over queries (use_dq_negatives) of a batch of 1 has no negatives.
+  q, d, h = jnp.ones((1, 8)), jnp.ones((1, 8)), jnp.ones((1, 2, 8))
+  assert jnp.isfinite(mj.qwen3_loss(q, d, h, tau_plus=0.1, backend=backend))
+  with pytest.raises(ValueError, match="softmax of this loss has none"):
+    mj.qwen3_loss(q, d, h, tau_plus=0.1, use_dq_negatives=True, partition="per_direction",
+                  backend=backend)
 
 
 @pytest.mark.parametrize("fn", [mj.clip_loss, mj.qwen3_loss])
@@ -315,7 +346,11 @@ def test_sharded_uneven_batch_needs_where():
      "matryoshka_weights must be finite"),
     (dict(matryoshka_weights=(1.0,)), ValueError, "matryoshka_weights needs matryoshka_dims"),
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(True, False)), TypeError,
-     "matryoshka_weights must hold numbers, not bools"),
+     "matryoshka_weights must hold numbers"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=("a", "b")), TypeError,
+     "matryoshka_weights must hold numbers"),
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=("1.0", "2")), TypeError,
+     "matryoshka_weights must hold numbers"),   # (float("2") would accept it)
 ])
 def test_matryoshka_options_validation(fn, kwargs, err, pattern):
   x = jnp.ones((4, 8), jnp.float32)
@@ -428,8 +463,9 @@ def test_matryoshka_classes_check_dims_and_a_bound_normalized_inputs():
   for dims in (None, 8):
     with pytest.raises(TypeError, match=f"dims must be a sequence of ints, got dims={dims}"):
       C.MemoryEfficientMatryoshkaCLIPLoss(dims=dims)
-  with pytest.raises(TypeError, match="weights must hold numbers, not bools"):
-    C.MemoryEfficientMatryoshkaCLIPLoss(dims=(8, 16), weights=(True, True))
+  for weights in ((True, True), ("1", "2")):
+    with pytest.raises(TypeError, match="weights must hold numbers"):
+      C.MemoryEfficientMatryoshkaCLIPLoss(dims=(8, 16), weights=weights)
 
 
 # --- the Flax modules (memeff_jax.nnx, memeff_jax.linen) ----------------------------
