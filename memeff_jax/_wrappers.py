@@ -28,7 +28,7 @@ MAX_LOGIT_SCALE = 100.0
 
 
 # The arrays a call may leave out (None), after the required ones.
-OPTIONAL_ARRAYS = ("hard_negatives", "shared_negatives")
+OPTIONAL_ARRAYS = ("hard_negatives", "hard_negative_features", "shared_negatives")
 _SHARED_DOC = "optional [n, d]: columns every row competes with (docs/math.md §6.1)."
 
 

@@ -193,9 +193,12 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
   return plain, mrl, dist[0], dist[1]
 
 
-# memeff has no SigLIP class, and its calls take no shared negative columns.
+# memeff has no SigLIP class, and its calls take no shared negative columns; their hard
+# negatives are memeff's forward argument ``hard_negative_features``.
+_MEMEFF_ARRAYS = {"hard_negatives": "hard_negative_features"}
 _CLIP, _LIT, _QWEN3, _LIT_QWEN3 = (
-    dataclasses.replace(s, arrays={a: d for a, d in s.arrays.items() if a != "shared_negatives"})
+    dataclasses.replace(s, arrays={_MEMEFF_ARRAYS.get(a, a): d for a, d in s.arrays.items()
+                                   if a != "shared_negatives"})
     for s in SPECS[:4])
 (MemoryEfficientCLIPLoss, MemoryEfficientMatryoshkaCLIPLoss, DistributedMemoryEfficientCLIPLoss,
  DistributedMemoryEfficientMatryoshkaCLIPLoss) = _family(_CLIP)

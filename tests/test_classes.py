@@ -105,6 +105,19 @@ def test_equals_function(name):
   assert got_tau != got   # the override took effect
 
 
+@pytest.mark.parametrize("name", ["MemoryEfficientQwen3Loss",
+                                  "MemoryEfficientMatryoshkaLiTQwen3Loss"])
+def test_hard_negatives_by_memeff_keyword(name):
+  # memeff's forward names them hard_negative_features; a ported call passes it so.
+  fn, _, opts = {**PLAIN, **MRL}[name]
+  q, d, h = _data()[:3]
+  loss = getattr(C, name)(**_class_kwargs(name, opts))
+  np.testing.assert_allclose(loss(q, d, hard_negative_features=h),
+                             fn(q, d, h, **_fn_kwargs(name, opts)), rtol=1e-6)
+  with pytest.raises(TypeError, match="hard_negatives"):
+    loss(q, d, hard_negatives=h)
+
+
 # Gradients through the ring for one plain and one Matryoshka class (the functions'
 # ring gradients are tested in test_ring.py); values for every class.
 WITH_GRAD = ("MemoryEfficientCLIPLoss", "MemoryEfficientMatryoshkaLiTLoss")
