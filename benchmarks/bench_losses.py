@@ -65,7 +65,7 @@ for _name in ("clip", "lit", "qwen3", "qwen3_qqdd", "siglip"):
 # columns' fp32 gradient read and written once a slab of rows and block.
 for _name in ("clip", "qwen3", "siglip"):
   _fn, _ref, _n, _arg, _kw, _g = LOSSES[_name]
-  for _cols in (4096, 8192, 16384):
+  for _cols in (0, 4096, 8192, 16384):
     LOSSES[f"{_name}_cols{_cols}"] = (_fn, _ref, _n, _arg, dict(_kw, pair_cols=_cols), _g)
 
 # The paired gradient off (bwd_pair = False, bwd_pair_max_batch = 0): at d_pad <= 512 the
@@ -131,7 +131,7 @@ def _with_ladder(fn, kw, d):
     # (fwd_row_grad off: else a one-sided block, Qwen3's, pairs by bwd_pair_max_batch only)
     group("algorithm").update(bwd_pair=True, fwd_row_grad=False)
     group("budgets").update(min_slab_rows=rows)
-  if (cols := kw.pop("pair_cols", None)):
+  if (cols := kw.pop("pair_cols", None)) is not None:
     group("budgets").update(pair_block_cols=cols)
   if tune:
     def tuned(*a, config=None, **k):

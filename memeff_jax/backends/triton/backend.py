@@ -111,10 +111,13 @@ def resolve_plan(key: PlanKey) -> Plan:
     # Triton 3.9 30.4 -> 28.7 and 31.0 -> 29.2 ms, Triton 3.6 30.6 -> 31.5
     # (h200_siglip_tiles_jt04.csv). Fitted as the other tiles are: fewer stages where
     # the GPU's shared memory is less.
+    # Its slabs span every column (pair_block_cols = 0; in column blocks, not timed
+    # against this plan yet, the rows' fp32 sums would grow with these slabs' rows).
     fused = fewer_stages(
         paired.evolve(bwd=dict(block_m=128, block_n=256 if key.tma else 128, num_warps=8,
                                num_stages=3),
-                      budgets=dict(slab_kib=max(2**19, paired.budgets.slab_kib))),
+                      budgets=dict(slab_kib=max(2**19, paired.budgets.slab_kib),
+                                   pair_block_cols=0)),
         lambda c: smem_bytes(c, key.d, itemsize)[1], smem_limit(key.smem_kib))
   return Plan(config=cfg, paired=paired, fused=fused, ladder=ladder, user_tiles=user_tiles)
 
