@@ -182,13 +182,16 @@ def test_nnx_constructor_and_defaults(name):
 def test_call_signatures_name_the_arrays(name):
   pytest.importorskip("flax")
   from memeff_jax import linen, nnx  # pylint: disable=g-import-not-at-top
-  # The function's arrays; memeff's classes take them but the shared negative columns.
+  # The function's arrays; memeff's classes take them but the shared negative columns,
+  # and the hard negatives by memeff's forward name.
   arrays = [p.name for p in inspect.signature(getattr(mj, _FUNCTIONS[name])).parameters.values()
             if p.kind is p.POSITIONAL_OR_KEYWORD]
   keywords = ["where"] if name == "SigLIPLoss" else ["tau_plus", "where"]
   classes_cls = getattr(classes, "MemoryEfficient" + name, None)   # none for SigLIP
   for cls in filter(None, (getattr(nnx, name), getattr(linen, name), classes_cls)):
-    want = [a for a in arrays if cls is not classes_cls or a != "shared_negatives"]
+    memeff = {"hard_negatives": "hard_negative_features"} if cls is classes_cls else {}
+    want = [memeff.get(a, a) for a in arrays
+            if cls is not classes_cls or a != "shared_negatives"]
     for method in ("__call__", "with_stats"):
       if hasattr(cls, method):
         params = list(inspect.signature(getattr(cls, method)).parameters)
