@@ -84,9 +84,11 @@ class Ctx(NamedTuple):
                         None if row_thr is None else row_thr[k], None, None, self.mask, y_mask,
                         bias, spec=self.spec(dims=None, **spec)) for k, xk in enumerate(x.pre)]
       return tuple(None if o[0] is None else jnp.stack(o) for o in zip(*outs))
-    # float16 prefix blocks take fp32 rows: a zero row's tables (1e12) scale its
-    # gradient inside the block beyond float16 (docs/math.md §2).
-    wide = self.dims is not None and x.v.dtype == jnp.float16
+    # 16-bit prefix blocks take fp32 rows and give fp32 gradients: in float16 a zero
+    # row's tables (1e12) scale its gradient beyond float16, and in both a short
+    # prefix's gradient is mostly along the prefix, which normalization's gradient then
+    # cancels, so rounding it first loses the rest (docs/math.md §2).
+    wide = self.dims is not None and jnp.dtype(x.v.dtype).itemsize == 2
     v = lambda t: None if t is None else (t.v32 if wide else t.v)
     out = block_lse(v(x), v(y), self.scale, row_thr, x.tab, None if y is None else y.tab,
                     self.mask, y_mask, bias, spec=self.spec(

@@ -279,6 +279,26 @@ def test_float16_zero_prefix_has_finite_gradient(backend, per_dim):
       g32[rest]).max()
 
 
+@pytest.mark.parametrize("dims", [(1, 16), (2, 16)])
+def test_bfloat16_short_prefix_one_block_gradient(dims):
+  # One block for every dim, bfloat16: a short prefix's gradient is mostly along the
+  # prefix (for one feature wholly: its unit prefix is +-1), which normalization's
+  # gradient cancels. The block now takes fp32 rows and gives fp32 gradients (docs/math.md
+  # §2), so only the inputs' rounding is left: within 2^-7 of float64 on the same bf16
+  # inputs, as one block per dim is (rounded to bfloat16 first it was 7.8e-2 and 1.7e-2).
+  r = np.random.default_rng(0)
+  x, y = (jnp.asarray(r.standard_normal((8, 16)), jnp.bfloat16) for _ in range(2))
+  f = lambda a, b, **kw: clip_loss(a, b, temperature=0.1, stable=False, matryoshka_dims=dims,
+                                   **kw)
+  with jax.enable_x64(True):
+    want = np.asarray(jax.grad(lambda a: f(a, y.astype(jnp.float64), backend="reference"))(
+        x.astype(jnp.float64)))
+  for per_dim in (False, True):
+    got = np.asarray(jax.grad(lambda a: f(a, y, backend="blockwise",
+                                          matryoshka_per_dim=per_dim))(x), np.float64)
+    assert np.linalg.norm(got - want) <= 2.0**-7 * np.linalg.norm(want), per_dim
+
+
 # Rows whose Matryoshka prefix (or whole row) has a norm at or below the 1e-12 clamp:
 # (name, normalized_inputs, edit of x). Row 2 is the degenerate one.
 _DEGENERATE = [
