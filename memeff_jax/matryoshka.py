@@ -8,6 +8,7 @@ option of every loss; this wrapper is for losses that lack it (your own, or a
 
 from __future__ import annotations
 
+import inspect
 from typing import Callable, Sequence
 
 import jax
@@ -85,6 +86,10 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
       total = total + w * value
     return total
 
+  try:   # loss_fn's parameters, so that sharded() finds its shared_negatives by name
+    loss.__signature__ = inspect.signature(loss_fn)
+  except (TypeError, ValueError):
+    pass
   return loss
 
 

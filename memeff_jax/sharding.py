@@ -26,7 +26,9 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
   Returns ``f(*arrays, **kwargs)``: every array argument with a leading batch axis
   (positional, or a keyword such as a per-row ``tau_plus`` or ``where``; jax or numpy)
   is split along it into contiguous shards (``shared_negatives``, by keyword or
-  position, along its own leading axis, which must split evenly), 0-d arrays (a
+  position, along its own leading axis, which must split evenly; a function around a
+  loss that takes them by position must name its parameter ``shared_negatives``, or
+  they are split and padded as batch rows), 0-d arrays (a
   learnable temperature) are replicated, other keywords are passed through as static
   values (``matryoshka_dims`` / ``matryoshka_weights`` held as arrays as tuples), and
   ``loss_fn(..., axis_name=axis_name)`` runs once per device under ``jax.shard_map``.

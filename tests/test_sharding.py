@@ -159,3 +159,10 @@ def test_positional_columns_and_array_dims():
             matryoshka_weights=np.array([0.5, 1.0]))
   np.testing.assert_allclose(mj.sharded(mj.clip_loss, mesh, "batch")(x, y, **kw),
                              mj.clip_loss(x, y, **kw), rtol=2e-6)
+  # Through the eager Matryoshka wrapper (which shows the loss's parameters) on a batch
+  # that does not split evenly: the positional columns are still columns, not padded as
+  # rows (padded, two zero rows joined every softmax).
+  eager = mj.matryoshka(mj.qwen3_loss, (4, D))
+  np.testing.assert_allclose(
+      mj.sharded(eager, mesh, "batch")(x[:6], y[:6], None, cols, backend="blockwise"),
+      eager(x[:6], y[:6], None, cols, backend="blockwise"), rtol=2e-6)
