@@ -148,8 +148,9 @@ TABLE = (
     Option("matryoshka_weights", None, """one float per Matryoshka dim (default 1.0 each; not
       normalized). Needs ``matryoshka_dims``.""", check=_weights,
            type=tuple[float, ...] | None),
-    _flag("normalized_inputs", False, """skip the L2 normalization (otherwise computed in fp32, fp64 for
-      fp64 inputs, and rounded once to the input dtype; docs/math.md §2). Matryoshka prefixes are renormalized either way."""),
+    _flag("normalized_inputs", False, """skip the L2 normalization (otherwise computed in fp32,
+      fp64 for fp64 inputs, and rounded once to the input dtype; docs/math.md §2).
+      Matryoshka prefixes are renormalized either way."""),
     _flag("stable", True, """multiply the whole gradient (the temperature's too) by sqrt(B t), B
       the global batch, t held constant in the factor; the value is unchanged. Default
       True, as in memeff; ``stable=False`` gives ``jax.grad`` of the value

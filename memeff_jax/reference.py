@@ -392,7 +392,8 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   prefix unit vectors, with the per-dim stats stacked.
 
   The features are normalized once as every loss does (docs/math.md §2; unless
-  ``normalized_inputs``), then **every** prefix, the full one included, is renormalized in fp32.
+  ``normalized_inputs``), then **every** prefix, the full one included, is
+  renormalized in fp32.
   ``dims[-1]`` must equal the feature size; ``shared_negatives`` (a keyword of the
   loss) is cut like the features. ``loss_fn`` is one of this module's
   ``*_with_stats`` losses; returns ``(loss, stats)``, its stats with every field
