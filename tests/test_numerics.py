@@ -285,7 +285,8 @@ def test_bfloat16_short_prefix_one_block_gradient(dims):
   # prefix (for one feature wholly: its unit prefix is +-1), which normalization's
   # gradient cancels. The block now takes fp32 rows and gives fp32 gradients (docs/math.md
   # §2), so only the inputs' rounding is left: within 2^-7 of float64 on the same bf16
-  # inputs, as one block per dim is (rounded to bfloat16 first it was 7.8e-2 and 1.7e-2).
+  # inputs, as one block per dim is (rounded to bfloat16 first, dims (1, 16) were 7.8e-2
+  # off; (2, 16) stays within the bound either way).
   r = np.random.default_rng(0)
   x, y = (jnp.asarray(r.standard_normal((8, 16)), jnp.bfloat16) for _ in range(2))
   f = lambda a, b, **kw: clip_loss(a, b, temperature=0.1, stable=False, matryoshka_dims=dims,
