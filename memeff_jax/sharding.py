@@ -157,14 +157,19 @@ def _static_sequence(v):
     return v
 
 
+def _parameters(loss_fn) -> list | None:
+  """``loss_fn``'s parameters, or None where its signature cannot be read."""
+  try:
+    return list(inspect.signature(loss_fn).parameters.values())
+  except (TypeError, ValueError):
+    return None
+
+
 def _positional(loss_fn) -> list:
   """The parameters ``loss_fn`` takes by position, in order ([] where its signature
   cannot be read)."""
-  try:
-    params = inspect.signature(loss_fn).parameters.values()
-  except (TypeError, ValueError):
-    return []
-  return [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  return [p for p in _parameters(loss_fn) or ()
+          if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
 
 def _columns_by_keyword(loss_fn, args, kwargs):
@@ -179,9 +184,8 @@ def _columns_by_keyword(loss_fn, args, kwargs):
 
 
 def _takes_where(loss_fn) -> bool:
-  try:
-    params = inspect.signature(loss_fn).parameters.values()
-  except (TypeError, ValueError):
+  params = _parameters(loss_fn)
+  if params is None:
     return True   # let the call tell
   return any(p.name == "where" or p.kind == p.VAR_KEYWORD for p in params)
 
