@@ -18,7 +18,7 @@ from typing import Any, Callable, Hashable, NamedTuple, Sequence
 import jax.numpy as jnp
 
 from memeff_jax import backends
-from memeff_jax._validation import (Backend, as_array, check_axis, check_config, check_dims,
+from memeff_jax._validation import (Backend, check_axis, check_config, check_dims,
                                     check_finite, check_flag, check_partition, check_range,
                                     check_tau_plus, check_temperature, check_weights,
                                     check_where)
@@ -111,7 +111,7 @@ TABLE = (
       plain loss; a [batch] array (numpy or jax) gives per-row priors and a 0-d array
       one traced prior, both always debias (docs/math.md §7.1). Needs negatives: a
       global batch of 1 without hard negatives raises.""",
-           check=lambda v, c: check_tau_plus(as_array(v), c.n, c.dtype),
+           check=lambda v, c: check_tau_plus(v, c.n, c.dtype),
            traced=Range(lambda v: (v >= 0) & (v < 1), "in [0, 1)"), type=float,
            raises=((ValueError, "``tau_plus`` outside [0, 1), not [batch], or without "
                                 "negatives"),
@@ -210,7 +210,8 @@ TABLE = (
     Option("partition", "joint", """"joint": one softmax per row over every group (default);
       "per_direction": the q->d softmax (with the hard and shared negatives) and, with
       ``use_dq_negatives``, a d->q softmax over the queries, averaged
-      (sentence-transformers' ``partition_mode``; no q-q or d-d groups there).""",
+      (sentence-transformers' ``partition_mode``; no q-q or d-d groups there; without
+      ``use_dq_negatives`` it is the joint softmax, as there).""",
            check=lambda v, c: check_partition(v, c.got.get("use_qq_negatives"),
                                               c.got.get("use_dd_negatives")), type=str,
            raises=((ValueError, "an unknown ``partition`` or q-q / d-d groups with "

@@ -8,7 +8,6 @@ raise ValueError, dtypes and types TypeError, naming the argument. The options t
 
 from __future__ import annotations
 
-import math
 import numbers
 import warnings
 
@@ -106,6 +105,13 @@ def check_partition(partition, use_qq: bool, use_dd: bool) -> str:
   return partition
 
 
+def _host(v):
+  """The value of a numpy number or array (known on the host, so checked as a Python
+  number is), else None: a jax array's value is the computation's (NaN where out of
+  range, as a traced one)."""
+  return np.asarray(v, np.float64) if isinstance(v, (np.ndarray, np.generic)) else None
+
+
 def _scalar(name: str, v):
   """A Python number stays one; anything else must be a 0-d floating array."""
   if isinstance(v, bool):
@@ -125,14 +131,15 @@ def check_temperature(t, dtype=jnp.float32):
   """A Python temperature must be > 0 and, with 1 / t, a normal number of ``dtype``
   (the glue's: fp32, fp64 for fp64 features); above 1 it warns (a logit scale?)."""
   t = _scalar("temperature", t)
-  if not isinstance(t, float):
+  value = t if isinstance(t, float) else _host(t)
+  if value is None:
     return t
-  check_temperature_range(t, dtype)
-  if t > 1.0:
-    warnings.warn(f"temperature={t} > 1 looks like a logit scale (OpenCLIP's "
+  value = check_temperature_range(float(value), dtype)
+  if value > 1.0:
+    warnings.warn(f"temperature={value} > 1 looks like a logit scale (OpenCLIP's "
                   f"logit_scale.exp(), sentence-transformers' scale=20): the logits are "
                   f"similarity / temperature, so pass temperature = 1 / scale "
-                  f"(here {1.0 / t:.4g})", UserWarning,
+                  f"(here {1.0 / value:.4g})", UserWarning,
                   # the public loss: here <- the table's row <- _options.check <- the chain (2)
                   stacklevel=6)
   return t
@@ -154,19 +161,22 @@ def check_temperature_range(t: float, dtype=jnp.float32) -> float:
 
 
 def check_range(name: str, v, lo: float, hi: float | None):
-  """Python numbers must lie in [lo, hi) (hi=None: no upper bound); arrays pass."""
+  """Python and numpy numbers must lie in [lo, hi) (hi=None: no upper bound); jax
+  arrays pass."""
   v = _scalar(name, v)
-  if isinstance(v, float) and not (v >= lo and (hi is None or v < hi)):
+  value = v if isinstance(v, float) else _host(v)
+  if value is not None and not np.all((value >= lo) & (hi is None or value < hi)):
     bound = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
-    raise ValueError(f"{name} must be {bound}, got {name}={v}")
+    raise ValueError(f"{name} must be {bound}, got {name}={value}")
   return v
 
 
 def check_finite(name: str, v):
-  """A finite Python number, or a 0-d float array (traced values pass)."""
+  """A finite Python or numpy number, or a 0-d float jax array (its value unchecked)."""
   v = _scalar(name, v)
-  if isinstance(v, float) and not math.isfinite(v):
-    raise ValueError(f"{name} must be finite, got {name}={v}")
+  value = v if isinstance(v, float) else _host(v)
+  if value is not None and not np.isfinite(value):
+    raise ValueError(f"{name} must be finite, got {name}={value}")
   return v
 
 
@@ -183,6 +193,10 @@ def check_tau_plus(tau, n: int, dtype=jnp.float32):
                      f"tau_plus.shape={tau.shape}")
   if not jnp.issubdtype(tau.dtype, jnp.floating):
     raise TypeError(f"tau_plus must be floating, got tau_plus.dtype={tau.dtype}")
+  host = _host(tau)   # a numpy tau_plus is checked as a Python one
+  if host is not None and not np.all((host >= 0.0) & (host < 1.0)):
+    got = host if host.ndim == 0 else f"{host.min()} .. {host.max()} (per row)"
+    raise ValueError(f"tau_plus must be [0.0, 1.0), got tau_plus={got}")
   return lax.stop_gradient(jnp.asarray(tau, dtype))
 
 
@@ -270,6 +284,13 @@ def check_dims(name: str, dims, d: int | None = None, *,
   """Matryoshka dims: a non-empty, strictly increasing sequence of positive ints whose
   last entry is the feature size d (fused) or at most it (the eager wrapper; d=None:
   not known yet)."""
+  if isinstance(dims, jax.core.Tracer):
+    raise TypeError(f"{name} must be static (Python ints, or a numpy or concrete jax "
+                    f"array): it sets the kernels' shapes; got a traced array")
+  if isinstance(dims, (np.ndarray, jax.Array)):
+    if dims.ndim != 1:
+      raise TypeError(f"{name} must be a sequence of ints, got {name}.shape={dims.shape}")
+    dims = np.asarray(dims).tolist()
   if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__"):
     raise TypeError(f"{name} must be a sequence of ints, got {name}={dims!r}")
   if not all(isinstance(m, numbers.Integral) and not isinstance(m, bool) for m in dims):

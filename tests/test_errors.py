@@ -70,6 +70,14 @@ def test_bad_towers(fn, a, b, err, pattern):
     (dict(temperature=1e39), ValueError,
      "temperature and 1 / temperature must be normal float32.*temperature=1e\\+39"),
     (dict(temperature=1e-40), ValueError, "must be normal float32.*temperature=1e-40"),
+    # numpy values are known on the host: checked as Python numbers are
+    (dict(temperature=np.asarray(0.0)), ValueError, "temperature must be > 0, got temperature=0.0"),
+    (dict(temperature=np.asarray(np.inf)), ValueError, "temperature must be finite"),
+    (dict(tau_plus=np.asarray(1.0)), ValueError, "tau_plus must be \\[0.0, 1.0\\), got tau_plus=1.0"),
+    (dict(tau_plus=np.array([0.1, 0.2, 1.0, 0.0])), ValueError,
+     "tau_plus must be \\[0.0, 1.0\\), got tau_plus=0.0 .. 1.0 \\(per row\\)"),
+    (dict(label_smoothing=np.asarray(-0.5)), ValueError, "label_smoothing must be"),
+    (dict(lse_square_scale=np.asarray(np.nan)), ValueError, "lse_square_scale must be"),
     (dict(backend="cuda"), ValueError, "backend='cuda'; expected one of"),
     (dict(axis_name="batch"), ValueError, "axis_name='batch' is not bound"),
 ])
@@ -338,6 +346,10 @@ def test_sharded_uneven_batch_needs_where():
     (dict(matryoshka_dims=(4, 16)), ValueError, "must end at the feature size 8"),
     (dict(matryoshka_dims=(4.0, 8)), TypeError, "matryoshka_dims must hold ints"),
     (dict(matryoshka_dims=8), TypeError, "matryoshka_dims must be a sequence"),
+    (dict(matryoshka_dims=jnp.array([4.0, 8.0])), TypeError, "matryoshka_dims must hold ints"),
+    (dict(matryoshka_dims=np.array([[4, 8]])), TypeError,
+     "matryoshka_dims must be a sequence of ints, got matryoshka_dims.shape=\\(1, 2\\)"),
+    (dict(matryoshka_dims=jnp.array([2, 4])), ValueError, "must end at the feature size 8"),
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0,)), ValueError,
      "matryoshka_weights must have one entry per dim \\(2\\), got 1"),
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("nan"))), ValueError,
@@ -374,6 +386,21 @@ def test_matryoshka_eager_validation():
     mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
   with pytest.raises(ValueError, match="normalized_inputs=False"):
     mj.matryoshka(mj.clip_loss, (4, 8))(x, x, normalized_inputs=True, backend="blockwise")
+
+
+def test_matryoshka_dims_as_arrays():
+  # A numpy or concrete jax array of ints is the tuple it holds (the dims set the
+  # kernels' shapes, so a traced one is refused). Reference: the dense fused loss, fp32.
+  x, y = (jax.random.normal(k, (6, 8), jnp.float32) for k in jax.random.split(jax.random.key(3)))
+  want = reference.matryoshka_fused(reference.clip_loss, x, y, dims=(4, 8))
+  for dims in (np.array([4, 8]), jnp.array([4, 8], jnp.int32)):
+    np.testing.assert_allclose(mj.clip_loss(x, y, matryoshka_dims=dims, backend="blockwise"),
+                               want, rtol=1e-5)
+    np.testing.assert_allclose(mj.matryoshka(mj.clip_loss, dims)(x, y, backend="blockwise"),
+                               want, rtol=1e-5)
+  with pytest.raises(TypeError, match="matryoshka_dims must be static.*got a traced array"):
+    jax.jit(lambda d: mj.clip_loss(x, y, matryoshka_dims=d, backend="blockwise"))(
+        jnp.array([4, 8]))
 
 
 def test_matryoshka_eager_refuses_bound_normalized_inputs_and_stats_functions():
