@@ -68,6 +68,14 @@ for _name in ("clip", "qwen3", "siglip"):
   for _cols in (0, 4096, 8192, 16384):
     LOSSES[f"{_name}_cols{_cols}"] = (_fn, _ref, _n, _arg, dict(_kw, pair_cols=_cols), _g)
 
+# SigLIP's fused gradient on its own plan's tiles (backend.resolve_plan: 128 x 256 with
+# TMA, else 128 x 128; 8 warps, 3 stages) with slabs of KIB KiB in column blocks of COLS
+# (0: every column); the plan's default is 512 MiB and 0.
+for _kib, _cols in ((2**19, 0), (2**16, 0), (2**16, 8192), (2**19, 8192)):
+  _fn, _ref, _n, _arg, _kw, _g = LOSSES["siglip"]
+  LOSSES[f"siglip_fused{_kib >> 10}m_cols{_cols}"] = (_fn, _ref, _n, _arg,
+                                                       dict(_kw, fused_slab=(_kib, _cols)), _g)
+
 # The paired gradient off (bwd_pair = False, bwd_pair_max_batch = 0): at d_pad <= 512 the
 # FlashAttention-shaped (or Gluon) gradient passes at every batch; above, one slab pass
 # per tower (Qwen3's queries: their rows' gradient from the forward).
@@ -133,9 +141,17 @@ def _with_ladder(fn, kw, d):
     group("budgets").update(min_slab_rows=rows)
   if (cols := kw.pop("pair_cols", None)) is not None:
     group("budgets").update(pair_block_cols=cols)
+  backend_default = None
+  if (fused := kw.pop("fused_slab", None)):
+    from memeff_jax.backends.triton.backend import TritonBackend  # pylint: disable=g-import-not-at-top
+    backend_default = TritonBackend()
+    group("bwd").update(block_m=128, block_n=256 if backend_default._tma() else 128,
+                        num_warps=8, num_stages=3)
+    group("budgets").update(slab_kib=fused[0], pair_block_cols=fused[1])
   if tune:
     def tuned(*a, config=None, **k):
-      base = config or mj.default_config(d, a[0].dtype)
+      base = config or (mj.default_config(d, a[0].dtype) if backend_default is None
+                        else backend_default.default_config(d, a[0].dtype))
       return fn(*a, **k, **kw, config=base.evolve(**tune))
     return tuned
   if kw.pop("where", None) == "tenth":
@@ -222,7 +238,7 @@ def bench_memeff(writer, name, b, d, reps):
   r = Result(name, "memeff", b, d, "bfloat16")
   kw = dict(LOSSES[name][4])
   if any(k in kw for k in ("one_block", "where", "slab_rows", "nopair", "rowgrad",
-                           "temperature", "pair_cols")):
+                           "temperature", "pair_cols", "fused_slab")):
     r.note = ("memeff has no counterpart (one-block Matryoshka, where=, slab budget or "
               "column blocks, pairing or the rows' forward toggled, learnable temperature)")
     writer.add(r)
