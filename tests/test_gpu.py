@@ -409,15 +409,19 @@ def test_paired_fp16_triton(family, d):
 
 
 @pytest.mark.parametrize("family,dims", [("clip", None), ("qwen3", None),
-                                         ("clip", (96, 384, 1152))])
+                                         ("clip", (96, 384, 1152)), ("siglip", None)])
 def test_paired_column_blocks_triton(family, dims):
   # The paired tiled gradient (the default at d = 1152) with its slabs in column blocks
   # of 512 (Budgets.pair_block_cols; 2085 columns: four blocks and one of 37), bf16,
-  # debiased and smoothed, against the float64 reference; Matryoshka in one block.
+  # debiased and smoothed, against the float64 reference; Matryoshka in one block;
+  # SigLIP's gradient from its forward on the same slabs.
+  smoothed = dict(tau_plus=0.05, label_smoothing=0.1)
   fn, ref, kw = {
-      "clip": (mj.clip_loss, reference.clip_loss_with_stats, {}),
+      "clip": (mj.clip_loss, reference.clip_loss_with_stats, smoothed),
       "qwen3": (mj.qwen3_loss, reference.qwen3_loss_with_stats,
-                dict(use_qq_negatives=True, use_dd_negatives=True, margin=0.05))}[family]
+                dict(smoothed, use_qq_negatives=True, use_dd_negatives=True, margin=0.05)),
+      "siglip": (mj.siglip_loss, reference.siglip_loss_with_stats,
+                 dict(bias=-5.0))}[family]
   b, d, dtype = 2085, 1152, jnp.bfloat16
   cfg = _cfg(d, dtype).evolve(algorithm=dict(bwd_pair=True, fwd_row_grad=False),
                               budgets=dict(pair_block_cols=512, slab_kib=1024))
@@ -427,7 +431,7 @@ def test_paired_column_blocks_triton(family, dims):
       lambda *a, **k: reference.matryoshka_fused_with_stats(ref, *a, dims=dims, **kw, **k)[0])
   compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, matryoshka_dims=dims,
                              matryoshka_per_dim=None if dims is None else False, **kw, **k),
-          ref_fn, arrays, dtype=dtype, tau_plus=0.05, label_smoothing=0.1)
+          ref_fn, arrays, dtype=dtype)
 
 
 @pytest.mark.parametrize("smem_kib", [163, 99])
@@ -486,7 +490,8 @@ def test_exact_ties_with_the_positive_are_kept_triton(lit, dims, dtype):
 @pytest.mark.parametrize("b,d,option", [(1, 16, None), (300, 72, None), (2085, 512, None),
                                         (700, 1152, None), (2085, 512, "dims"),
                                         (300, 72, "dims"), (2085, 384, "where"),
-                                        (2085, 512, "default"), (300, 200, "default")])
+                                        (2085, 512, "default"), (300, 200, "default"),
+                                        (2085, 1152, "default")])
 def test_siglip_triton(b, d, option, dtype):
   # SigLIP's sigmoid epilogues against the float64 reference (the fused one for one
   # Matryoshka block): value and the gradients of x, y and t (compare), and the bias's
