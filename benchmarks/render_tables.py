@@ -551,7 +551,8 @@ def main(argv=None):
   p.add_argument("--later", default="{prefix}_d1024_min_slab_rows.csv,{prefix}_shared_exp.csv,"
                  "{prefix}_bxd_4warps.csv,{prefix}_bxd_paired.csv,{prefix}_bxd_bounded.csv,"
                  "{prefix}_bxd_paired_small.csv,{prefix}_bxd_d128_tile.csv,"
-                 "{prefix}_bxd_2026-12-04.csv,{prefix}_bxd_rows_forward_tiled.csv",
+                 "{prefix}_bxd_2026-12-04.csv,{prefix}_bxd_rows_forward_tiled.csv,"
+                 "{prefix}_bxd_column_blocks.csv",
                  help="CSVs (in --results) of B x D cells measured after the table run")
   p.add_argument("--check", action="store_true", help="exit 1 if a file is not current")
   a = p.parse_args(argv)

@@ -111,8 +111,9 @@ def resolve_plan(key: PlanKey) -> Plan:
     # Triton 3.9 30.4 -> 28.7 and 31.0 -> 29.2 ms, Triton 3.6 30.6 -> 31.5
     # (h200_siglip_tiles_jt04.csv). Fitted as the other tiles are: fewer stages where
     # the GPU's shared memory is less.
-    # Its slabs span every column (pair_block_cols = 0; in column blocks, not timed
-    # against this plan yet, the rows' fp32 sums would grow with these slabs' rows).
+    # Its slabs span every column (pair_block_cols = 0): at D = 1024 on an H100 53.0 ms
+    # and 1.81 GiB, against 64.3 and 1.14 with the paired plan's 64 MiB in 8192-column
+    # blocks (h100_jt04_siglip_column_blocks.csv, docs/notes/gradient.md).
     fused = fewer_stages(
         paired.evolve(bwd=dict(block_m=128, block_n=256 if key.tma else 128, num_warps=8,
                                num_stages=3),
