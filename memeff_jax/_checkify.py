@@ -42,7 +42,8 @@ def checkify_checks(enabled: bool = True):
 
     with memeff_jax.checkify_checks():
       err, loss = checkify.checkify(loss_fn)(x, y, temperature)
-    err.throw()   # "temperature must be finite and > 0, got temperature=-0.1"
+    err.throw()   # "temperature must be > 0 and, with 1 / temperature, a normal
+                  #  number of its dtype, got temperature=-0.1"
   """
   check_flag("enabled", enabled)
   old, _CHECKIFY[0] = _CHECKIFY[0], enabled
@@ -76,7 +77,8 @@ def value_checks(arrays: dict, hyper: dict):
     fn, what = OPTIONS[name].traced
     ok = jnp.all(fn(v))
     if jnp.ndim(v) == 0:
-      _debug_check(ok, f"{name} must be {what}, got {name}={{v}}", v=v)
+      # (6 significant digits: a float32 -0.1 reads -0.1, not -0.10000000149011612)
+      _debug_check(ok, f"{name} must be {what}, got {name}={{v:.6g}}", v=v)
     else:
       _debug_check(ok, f"{name} must be {what} in every entry, got {name}.shape="
                        f"{jnp.shape(v)} with an entry out of range or NaN")

@@ -96,6 +96,16 @@ def _per_dim(v, c: Call) -> bool:
   return per_dim_choice(v, c.got["config"], default)
 
 
+def _normal_with_inverse(t):
+  """A traced temperature's range, as a Python one's (``check_temperature_range``): t
+  and 1 / t normal numbers of t's dtype (at least fp32). Outside it 1 / t or the
+  logits overflow or go subnormal, and a loss could come out finite beside NaN
+  gradients."""
+  t = jnp.asarray(t, jnp.promote_types(jnp.result_type(t), jnp.float32))
+  tiny = jnp.finfo(t.dtype).tiny
+  return (t >= tiny) & (t <= 1 / tiny)
+
+
 # Rows in the order the chain checks them (an error names the first bad option).
 TABLE = (
     Option("temperature", 0.07, """float > 0 or a traced 0-d float array (learnable: it gets a
@@ -103,7 +113,8 @@ TABLE = (
       above 1 warns: a logit scale s (OpenCLIP, sentence-transformers) is
       ``temperature = 1 / s``.""",
            check=lambda v, c: check_temperature(v, c.dtype),
-           traced=Range(lambda v: jnp.isfinite(v) & (v > 0), "finite and > 0"), type=float,
+           traced=Range(_normal_with_inverse, "> 0 and, with 1 / temperature, a normal "
+                                              "number of its dtype"), type=float,
            raises=((ValueError, "``temperature <= 0`` or it or its inverse not a normal "
                                 "number of the compute dtype, or not 0-d"),
                    (TypeError, "a ``temperature`` that is no float"))),

@@ -126,10 +126,11 @@ def module_doc(spec: Spec, call: str, stats: str, first: str = "") -> str:
               f"(docs/math.md {spec.section}, §7.4).", "  ").lstrip()
   about = f"\n\n{fill(spec.about)}" if spec.about else ""
   arrays = ", ".join(a + ("=None" if a in OPTIONAL_ARRAYS else "") for a in spec.arrays)
-  keywords = ", ".join(f"{k}=None" for k in spec.call_keywords)
+  keywords = "".join(f", {k}=None" for k in spec.call_keywords)
+  keywords = f", *{keywords}" if keywords else ""   # keyword-only, as in __call__
   tau_plus = ("A per-call ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides "
               "the module's; " if "tau_plus" in spec.call_keywords else "")
-  use = fill(f"{call}({first}{arrays}, {keywords})``: the loss, a float32 scalar; {stats}: "
+  use = fill(f"{call}({first}{arrays}{keywords})``: the loss, a float32 scalar; {stats}: "
              f"``(loss, stats)``. {tau_plus}``where`` (a bool ``[batch]`` mask) removes rows, "
              f"as for the functions.")
   return f"{head}{about}\n\n{use}\n"

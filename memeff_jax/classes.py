@@ -22,7 +22,8 @@ memeff class                                    memeff_jax call
 
 Options are keyword-only (memeff's constructors take keywords in its examples too);
 every class also takes ``backend=`` ("auto" by default). Values are validated when
-the loss is called, by the function, not at construction. Every call returns the
+the loss is called, by the function, not at construction; the Matryoshka classes'
+``dims`` and ``weights`` are checked when the object is built. Every call returns the
 function's result: a float32 scalar (float64 for float64 inputs, with x64 enabled, on
 the blockwise and reference backends).
 
@@ -222,8 +223,8 @@ class MatryoshkaLoss:
   ``MatryoshkaLoss(base_loss, dims, weights)(*arrays, **kwargs)`` is
   ``sum_k w_k * base_loss(*(a[..., :m_k] for a in arrays), **kwargs)``: every prefix
   is renormalized by the base loss, one full loss pass per dim. The slicing is
-  :func:`memeff_jax.matryoshka`'s (feature arrays, ``hard_negatives`` too, never
-  ``tau_plus``). The fused classes (or ``matryoshka_dims=``) give the same loss, per-dim
+  :func:`memeff_jax.matryoshka`'s (feature arrays, the hard negatives too, positional or
+  ``hard_negative_features=``; never ``tau_plus``). The fused classes (or ``matryoshka_dims=``) give the same loss, per-dim
   statistics and every option applied per dim; on a GPU they too run one plain block
   per dim by default (the functions' ``matryoshka_per_dim=``).
 

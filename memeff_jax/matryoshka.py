@@ -24,7 +24,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     L = \sum_k w_k \, \mathrm{loss\_fn}(x_{:, :m_k}, y_{:, :m_k}, \ldots)
 
   Every feature array is sliced to its first ``m_k`` features: the positional arrays
-  of rank >= 2 and ``hard_negatives=`` / ``shared_negatives=`` when passed by keyword.
+  of rank >= 2 and ``hard_negatives=`` / ``shared_negatives=`` (and memeff's
+  ``hard_negative_features=``, which its classes take) when passed by keyword.
   Everything else passes through unchanged, a per-row ``tau_plus`` included (it is
   never sliced). The base loss normalizes each raw slice itself, so
   ``normalized_inputs=True`` is refused: then the value equals the fused
@@ -94,7 +95,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
 
 
 # The losses' feature arrays that may come by keyword (sliced like the positional ones).
-_FEATURE_KEYWORDS = ("hard_negatives", "shared_negatives")
+_FEATURE_KEYWORDS = ("hard_negatives", "shared_negatives",
+                     "hard_negative_features")   # (memeff's name, its classes' keyword)
 
 
 def _check_normalizes(normalized_inputs, where: str) -> None:

@@ -149,7 +149,8 @@ def test_nan_through_the_ring():
 
 @pytest.mark.parametrize("backend,fn,n,traced,pattern", [
     ("blockwise", mj.clip_loss, 2, dict(temperature=-0.1),
-     "temperature must be finite and > 0, got temperature=-0.1"),
+     "temperature must be > 0 and, with 1 / temperature, a normal number of its dtype, "
+     "got temperature=-0.1"),
     ("reference", mj.qwen3_loss, 3, dict(margin=np.nan),
      "margin must be >= 0 \\(not NaN\\), got margin=nan"),
     ("interpret", mj.lit_loss, 2, dict(tau_plus=np.r_[0.1, 1.5, [0.1] * 4]),

@@ -184,10 +184,12 @@ def test_matryoshka_loss_equals_the_wrapper():
 
   @jax.jit
   def both(q, d, h, tau):
-    return eager(q, d, h, tau_plus=tau), want(q, d, h, tau_plus=tau)
+    return (eager(q, d, h, tau_plus=tau), want(q, d, h, tau_plus=tau),
+            eager(q, d, hard_negative_features=h, tau_plus=tau))   # memeff's keyword
 
-  got, ref = both(q, d, h, tau)
+  got, ref, by_keyword = both(q, d, h, tau)
   np.testing.assert_allclose(got, ref, rtol=1e-6)
+  np.testing.assert_allclose(by_keyword, ref, rtol=1e-6)
   # Any loss callable works as the base, functions included.
   base = functools.partial(mj.clip_loss, **BW)
   np.testing.assert_allclose(jax.jit(C.MatryoshkaLoss(base, [8, 16]))(q, d),

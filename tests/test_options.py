@@ -209,6 +209,27 @@ def test_siglip_call_takes_no_tau_plus():
       method(x, x, tau_plus=0.1)
 
 
+@pytest.mark.parametrize("backend", ["blockwise", "reference"])
+@pytest.mark.parametrize("t", [1e-39, 1e38])
+def test_traced_temperature_outside_the_normal_range_is_nan(t, backend):
+  # A traced t held to the Python range (t and 1 / t normal fp32 numbers): 1e-39 is
+  # subnormal, 1 / 1e38 too. Both once gave Qwen3 a finite loss (0.0; 1.75) beside NaN
+  # (or finite) gradients; now the loss and every gradient are NaN, as out of range.
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  keys = jax.random.split(jax.random.key(9), 3)
+  x = jax.random.normal(keys[0], (4, 8), jnp.float32)
+  noise = jax.random.normal(keys[1], (4, 8), jnp.float32)
+  h = jax.random.normal(keys[2], (4, 2, 8), jnp.float32)
+  f = lambda x, y, h, t: mj.qwen3_loss(x, y, h, temperature=t, backend=backend)
+  for y in (x + 0.1 * noise, noise):   # positives far above every negative, or not
+    with pytest.raises(ValueError, match="temperature"):   # the Python value: refused
+      mj.qwen3_loss(x, y, h, temperature=t, backend=backend)
+    loss, grads = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2, 3)))(x, y, h,
+                                                                        jnp.float32(t))
+    assert jnp.isnan(loss) and all(bool(jnp.all(jnp.isnan(g))) for g in grads), float(loss)
+
+
 @pytest.mark.parametrize("name,bad", [("temperature", -0.1), ("tau_plus", 1.5),
                                       ("label_smoothing", -0.5), ("lse_square_scale", -1.0),
                                       ("margin", -0.2)])
