@@ -224,9 +224,10 @@ class MatryoshkaLoss:
   ``sum_k w_k * base_loss(*(a[..., :m_k] for a in arrays), **kwargs)``: every prefix
   is renormalized by the base loss, one full loss pass per dim. The slicing is
   :func:`memeff_jax.matryoshka`'s (feature arrays, the hard negatives too, positional or
-  ``hard_negative_features=``; never ``tau_plus``). The fused classes (or ``matryoshka_dims=``) give the same loss, per-dim
-  statistics and every option applied per dim; on a GPU they too run one plain block
-  per dim by default (the functions' ``matryoshka_per_dim=``).
+  ``hard_negative_features=``; never ``tau_plus``). The fused classes (or
+  ``matryoshka_dims=``) give the same loss, per-dim statistics and every option applied
+  per dim; on a GPU they too run one plain block per dim by default (the functions'
+  ``matryoshka_per_dim=``).
 
   Attributes:
     base_loss: any loss callable: a class of this module or a function such as
