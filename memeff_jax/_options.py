@@ -217,7 +217,7 @@ TABLE = (
     _flag("share_hard_negatives", False, """the hard negatives as sentence-transformers lays them
       out: every row's are candidates of every row (global columns in a ring; d_i's
       d-d candidates exclude its own row's, and the d-q group has none), instead of
-      row i's k competing in row i only."""),
+      row i's k competing in row i only; without hard negatives it changes nothing."""),
     Option("partition", "joint", """"joint": one softmax per row over every group (default);
       "per_direction": the q->d softmax (with the hard and shared negatives) and, with
       ``use_dq_negatives``, a d->q softmax over the queries, averaged
