@@ -105,10 +105,12 @@ def check_partition(partition, use_qq: bool, use_dd: bool) -> str:
   return partition
 
 
-def _host(v):
-  """The value of a numpy number or array (known on the host, so checked as a Python
-  number is), else None: a jax array's value is the computation's (NaN where out of
-  range, as a traced one)."""
+def _known(v):
+  """The value known at trace time: a Python float's, or a numpy number's or array's
+  (checked as a Python number is); else None: a jax array's value is the
+  computation's (NaN where out of range, as a traced one)."""
+  if isinstance(v, float):
+    return v
   return np.asarray(v, np.float64) if isinstance(v, (np.ndarray, np.generic)) else None
 
 
@@ -131,7 +133,7 @@ def check_temperature(t, dtype=jnp.float32):
   """A Python temperature must be > 0 and, with 1 / t, a normal number of ``dtype``
   (the glue's: fp32, fp64 for fp64 features); above 1 it warns (a logit scale?)."""
   t = _scalar("temperature", t)
-  value = t if isinstance(t, float) else _host(t)
+  value = _known(t)
   if value is None:
     return t
   value = check_temperature_range(float(value), dtype)
@@ -164,7 +166,7 @@ def check_range(name: str, v, lo: float, hi: float | None):
   """Python and numpy numbers must lie in [lo, hi) (hi=None: no upper bound); jax
   arrays pass."""
   v = _scalar(name, v)
-  value = v if isinstance(v, float) else _host(v)
+  value = _known(v)
   if value is not None and not np.all((value >= lo) & (hi is None or value < hi)):
     bound = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
     raise ValueError(f"{name} must be {bound}, got {name}={value}")
@@ -174,7 +176,7 @@ def check_range(name: str, v, lo: float, hi: float | None):
 def check_finite(name: str, v):
   """A finite Python or numpy number, or a 0-d float jax array (its value unchecked)."""
   v = _scalar(name, v)
-  value = v if isinstance(v, float) else _host(v)
+  value = _known(v)
   if value is not None and not np.isfinite(value):
     raise ValueError(f"{name} must be finite, got {name}={value}")
   return v
@@ -193,7 +195,7 @@ def check_tau_plus(tau, n: int, dtype=jnp.float32):
                      f"tau_plus.shape={tau.shape}")
   if not jnp.issubdtype(tau.dtype, jnp.floating):
     raise TypeError(f"tau_plus must be floating, got tau_plus.dtype={tau.dtype}")
-  host = _host(tau)   # a numpy tau_plus is checked as a Python one
+  host = _known(tau)   # a numpy tau_plus is checked as a Python one
   if host is not None and not np.all((host >= 0.0) & (host < 1.0)):
     got = host if host.ndim == 0 else f"{host.min()} .. {host.max()} (per row)"
     raise ValueError(f"tau_plus must be [0.0, 1.0), got tau_plus={got}")

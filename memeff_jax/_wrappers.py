@@ -27,8 +27,11 @@ from memeff_jax._validation import check_dims, check_temperature_range, check_we
 MAX_LOGIT_SCALE = 100.0
 
 
+# memeff's names of our arrays (its forward's hard_negative_features; the memeff-named
+# classes take them).
+MEMEFF_ARRAYS = {"hard_negatives": "hard_negative_features"}
 # The arrays a call may leave out (None), after the required ones.
-OPTIONAL_ARRAYS = ("hard_negatives", "hard_negative_features", "shared_negatives")
+OPTIONAL_ARRAYS = ("hard_negatives", *MEMEFF_ARRAYS.values(), "shared_negatives")
 _SHARED_DOC = "optional [n, d]: columns every row competes with (docs/math.md §6.1)."
 
 

@@ -58,8 +58,8 @@ from jax.typing import ArrayLike
 
 import memeff_jax
 from memeff_jax._options import OPTIONS
-from memeff_jax._wrappers import (CALL_DOC, SPECS, Spec, call_loss, call_method, fill,
-                                  matryoshka_options)
+from memeff_jax._wrappers import (CALL_DOC, MEMEFF_ARRAYS, SPECS, Spec, call_loss, call_method,
+                                  fill, matryoshka_options)
 
 __all__ = [
     "DistributedMemoryEfficientCLIPLoss",
@@ -196,9 +196,8 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
 
 # memeff has no SigLIP class, and its calls take no shared negative columns; their hard
 # negatives are memeff's forward argument ``hard_negative_features``.
-_MEMEFF_ARRAYS = {"hard_negatives": "hard_negative_features"}
 _CLIP, _LIT, _QWEN3, _LIT_QWEN3 = (
-    dataclasses.replace(s, arrays={_MEMEFF_ARRAYS.get(a, a): d for a, d in s.arrays.items()
+    dataclasses.replace(s, arrays={MEMEFF_ARRAYS.get(a, a): d for a, d in s.arrays.items()
                                    if a != "shared_negatives"})
     for s in SPECS[:4])
 (MemoryEfficientCLIPLoss, MemoryEfficientMatryoshkaCLIPLoss, DistributedMemoryEfficientCLIPLoss,

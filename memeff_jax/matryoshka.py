@@ -95,8 +95,9 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
 
 
 # The losses' feature arrays that may come by keyword (sliced like the positional ones).
-_FEATURE_KEYWORDS = ("hard_negatives", "shared_negatives",
-                     "hard_negative_features")   # (memeff's name, its classes' keyword)
+# (hard_negative_features: memeff's name, _wrappers.MEMEFF_ARRAYS; importing that here
+# would cycle: _wrappers -> the losses -> reference -> this module.)
+_FEATURE_KEYWORDS = ("hard_negatives", "shared_negatives", "hard_negative_features")
 
 
 def _check_normalizes(normalized_inputs, where: str) -> None:
