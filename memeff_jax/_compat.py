@@ -1,9 +1,10 @@
 """Version shims: JAX's varying-axis casts, jax-triton's triton_call, its TMA
-descriptors, its launch width for warp-specialized kernels and its compile of Gluon
-kernels."""
+descriptors, its launch width for warp-specialized kernels, its compile of Gluon kernels,
+and a trace-time check of a kernel's shared memory against the GPU's."""
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import inspect
@@ -205,21 +206,57 @@ def compiled_warps(binary, num_warps: int) -> int:
   return num_warps
 
 
+# CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN (cuda.h)
+_SMEM_OPTIN = 97
+
+
+@functools.cache
+def max_shared_bytes(ordinal: int = 0) -> int | None:
+  """The shared memory a block may use on CUDA device ``ordinal`` (bytes, the opt-in
+  maximum: the bound jaxlib's launch checks), read from the driver; None where it
+  cannot be read (no CUDA driver)."""
+  try:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev, value = ctypes.c_int(), ctypes.c_int()
+    if (cuda.cuInit(0) or cuda.cuDeviceGet(ctypes.byref(dev), ordinal)
+        or cuda.cuDeviceGetAttribute(ctypes.byref(value), _SMEM_OPTIN, dev)):
+      return None
+  except (OSError, AttributeError):
+    return None
+  return value.value
+
+
+def check_shared_memory(name: str, shared: int, limit: int | None) -> None:
+  """A ``ValueError`` naming ``config`` where kernel ``name``'s compiled shared memory
+  exceeds ``limit`` (bytes; None: unknown, no check). Raised while the kernel is
+  compiled, at jit time: the launch would fail at run time, in XLA's custom call."""
+  if limit is not None and shared > limit:
+    raise ValueError(
+        f"config: kernel {name} needs {shared} bytes of shared memory a block, more than "
+        f"the {limit} this GPU allows; pass a KernelConfig with smaller tiles (block_m, "
+        f"block_n, block_d) or fewer num_stages (memeff_jax.config.fit_smem fits one)")
+
+
 class _CompiledWarps:
   """jaxlib's ``gpu_triton`` as jax-triton sees it, except that ``TritonKernel`` (name,
   num_warps, num_ctas, shared memory, binary, ...; 0.3.1 and 0.4 alike) launches with
   ``compiled_warps``: jax-triton passes the ``num_warps`` it was called with, which a
   warp-specialized kernel's launch must not use (CUDA refuses a launch narrower than
-  ``.reqntid``). Every other kernel launches as before."""
+  ``.reqntid``); and a kernel whose shared memory exceeds the GPU's
+  (``max_shared_bytes``) is refused with ``check_shared_memory``'s ValueError. Every
+  other kernel launches as before."""
 
-  def __init__(self, lib):
+  def __init__(self, lib, smem_limit=max_shared_bytes):
     self._lib = lib
+    self._smem_limit = smem_limit
 
   def __getattr__(self, name):
     return getattr(self._lib, name)
 
-  def TritonKernel(self, name, num_warps, *rest):  # pylint: disable=invalid-name
-    return self._lib.TritonKernel(name, compiled_warps(rest[2], num_warps), *rest)
+  def TritonKernel(self, name, num_warps, num_ctas, shared, binary, *rest):  # pylint: disable=invalid-name
+    check_shared_memory(name, shared, self._smem_limit())
+    return self._lib.TritonKernel(name, compiled_warps(binary, num_warps), num_ctas, shared,
+                                  binary, *rest)
 
 
 @functools.cache

@@ -235,6 +235,28 @@ def test_jax_triton_kernels_launch_with_the_compiled_warps():
   assert wrapped.marker is lib.marker
 
 
+def test_kernels_over_the_gpus_shared_memory_are_refused_when_built():
+  # jaxlib refuses a kernel whose shared memory exceeds the GPU's opt-in maximum only
+  # when the step runs (an error inside XLA's custom call); _CompiledWarps refuses it
+  # where jax-triton builds the kernel, at jit time, with a ValueError naming config. At
+  # the limit the kernel is built; with the limit unknown (None: no CUDA driver) too.
+  calls = []
+
+  class Lib:
+    def TritonKernel(self, *args):  # pylint: disable=invalid-name
+      calls.append(args)
+
+  h100 = 227 * 1024
+  wrapped = _compat._CompiledWarps(Lib(), smem_limit=lambda: h100)
+  wrapped.TritonKernel("k", 4, 1, h100, "ptx", "ttir", 90)
+  with pytest.raises(ValueError, match=rf"^config: kernel memeff/f needs {h100 + 1} bytes "
+                                       rf"of shared memory a block, more than the {h100} "):
+    wrapped.TritonKernel("memeff/f", 4, 1, h100 + 1, "ptx", "ttir", 90)
+  _compat._CompiledWarps(Lib(), smem_limit=lambda: None).TritonKernel(
+      "k", 4, 1, 10 * h100, "ptx", "ttir", 90)
+  assert [c[3] for c in calls] == [h100, 10 * h100]
+
+
 def _fake_jax_triton(monkeypatch, hook: bool = True):
   """A stand-in ``jax_triton`` (this machine's jax-triton needs a GPU jaxlib): its
   ``triton_lib`` with the Gluon compile hook ``_compat`` reroutes, or without it."""

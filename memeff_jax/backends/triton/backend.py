@@ -26,7 +26,11 @@ from memeff_jax.config.smem import fewer_stages, smem_bytes, smem_limit
 
 @functools.cache
 def _device_smem_kib() -> int:
-  """Shared memory one block may use on the first GPU, by compute capability (KiB)."""
+  """Shared memory one block may use on the first GPU (KiB): the driver's figure
+  (``_compat.max_shared_bytes``), else by compute capability."""
+  found = _compat.max_shared_bytes()
+  if found:
+    return found // 1024
   try:
     major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
   except (AttributeError, RuntimeError, ValueError):
@@ -35,7 +39,9 @@ def _device_smem_kib() -> int:
     return 227
   if (major, minor) in ((8, 0), (8, 7)):   # A100, Orin
     return 163
-  return 96 if major == 7 else 99   # V100; consumer Ampere/Ada/Blackwell
+  if major == 7:   # V100; T4
+    return 96 if minor == 0 else 64
+  return 99   # consumer Ampere/Ada/Blackwell
 
 
 @dataclasses.dataclass(frozen=True)
