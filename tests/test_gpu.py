@@ -187,13 +187,13 @@ def test_warp_specialized_kernel_launches(ws):
 
 
 def test_config_over_the_gpus_shared_memory_is_a_value_error():
-  # The forward's 128-column tiles of 512 fp32 features in 3 stages (about 1 MB by
+  # The forward's 128-column tiles of 512 fp32 features in 3 stages (0.8 MiB by
   # config.smem_bytes) exceed any GPU's shared memory: refused at jit time with a
   # ValueError naming config, where the launch used to fail inside XLA's custom call.
   # The driver's limit for an sm_90 GPU is the H100/H200's 227 KiB.
   x, y = features(0, [(300, 512), (300, 512)], jnp.float32)
   cfg = _cfg(512, jnp.float32).evolve(fwd=dict(block_n=128, num_stages=3))
-  assert mj.config.smem_bytes(cfg, 512, 4)[0] > 4 * 227 * 1024
+  assert mj.config.smem_bytes(cfg, 512, 4)[0] > 3 * 227 * 1024
   with pytest.raises(ValueError, match=r"^config: kernel \S+ needs \d+ bytes of shared memory"):
     jax.jit(jax.value_and_grad(lambda a, b: mj.clip_loss(a, b, backend="triton", config=cfg)))(
         x, y)
