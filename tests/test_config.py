@@ -328,6 +328,20 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
 # The GPUs fit_smem fits to: (compute capability, KiB of shared memory one block may
 # use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
 # parts have the same 99 KiB).
+@pytest.mark.parametrize("driver,kib", [(232448, 227), (166912, 163), (101376, 99),
+                                        (65536, 64), (None, 227)])
+def test_the_gpus_shared_memory_comes_from_the_driver(monkeypatch, driver, kib):
+  # The opt-in maximum CUDA reports (H100/H200, A100, consumer Ampere/Ada, T4), in KiB,
+  # is what the default tiles are fitted to; with no driver (None) the compute
+  # capability's table decides, and the CPU's device has none: the H100's 227.
+  monkeypatch.setattr(_compat, "max_shared_bytes", lambda: driver)
+  launch._device_smem_kib.cache_clear()
+  try:
+    assert launch._device_smem_kib() == kib
+  finally:
+    launch._device_smem_kib.cache_clear()
+
+
 SMALLER_GPUS = [(80, 163), (86, 99)]
 _SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl", "siglip"],
                                      [64, 128, 200, 384, 512, 1024, 1152],
