@@ -189,6 +189,7 @@ def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **
     _gluon_compile()
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
   args = [a.descriptor() if isinstance(a, Tiles) else a for a in args]
+  _OURS.add(getattr(getattr(kernel, "fn", None), "__name__", None))
   out, options = _triton_call_kwargs()
   return jt.triton_call(*args, kernel=kernel, grid=grid, name=name, num_warps=num_warps,
                         num_stages=num_stages, **{out: out_shapes}, **options, **constexprs)
@@ -226,11 +227,18 @@ def max_shared_bytes(ordinal: int = 0) -> int | None:
   return value.value
 
 
+# The kernels launched through ``triton_call`` (their functions' names, which Triton
+# gives the compiled kernels): the shared-memory check is theirs alone, so that another
+# library's jax-triton kernels in the same process fail as jaxlib fails them.
+_OURS: set[str] = set()
+
+
 def check_shared_memory(name: str, shared: int, limit: int | None) -> None:
-  """A ``ValueError`` naming ``config`` where kernel ``name``'s compiled shared memory
-  exceeds ``limit`` (bytes; None: unknown, no check). Raised while the kernel is
-  compiled, at jit time: the launch would fail at run time, in XLA's custom call."""
-  if limit is not None and shared > limit:
+  """A ``ValueError`` naming ``config`` where kernel ``name`` (one of ``_OURS``)
+  compiled to more shared memory than ``limit`` (bytes; None: unknown, no check).
+  Raised while the kernel is compiled, at jit time: the launch would fail at run time,
+  in XLA's custom call."""
+  if name in _OURS and limit is not None and shared > limit:
     raise ValueError(
         f"config: kernel {name} needs {shared} bytes of shared memory a block, more than "
         f"the {limit} this GPU allows; pass a KernelConfig with smaller tiles (block_m, "
@@ -242,7 +250,7 @@ class _CompiledWarps:
   num_warps, num_ctas, shared memory, binary, ...; 0.3.1 and 0.4 alike) launches with
   ``compiled_warps``: jax-triton passes the ``num_warps`` it was called with, which a
   warp-specialized kernel's launch must not use (CUDA refuses a launch narrower than
-  ``.reqntid``); and a kernel whose shared memory exceeds the GPU's
+  ``.reqntid``); and one of memeff_jax's kernels whose shared memory exceeds the GPU's
   (``max_shared_bytes``) is refused with ``check_shared_memory``'s ValueError. Every
   other kernel launches as before."""
 

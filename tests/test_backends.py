@@ -235,7 +235,7 @@ def test_jax_triton_kernels_launch_with_the_compiled_warps():
   assert wrapped.marker is lib.marker
 
 
-def test_kernels_over_the_gpus_shared_memory_are_refused_when_built():
+def test_kernels_over_the_gpus_shared_memory_are_refused_when_built(monkeypatch):
   # jaxlib refuses a kernel whose shared memory exceeds the GPU's opt-in maximum only
   # when the step runs (an error inside XLA's custom call); _CompiledWarps refuses it
   # where jax-triton builds the kernel, at jit time, with a ValueError naming config. At
@@ -246,15 +246,19 @@ def test_kernels_over_the_gpus_shared_memory_are_refused_when_built():
     def TritonKernel(self, *args):  # pylint: disable=invalid-name
       calls.append(args)
 
+  # Another library's kernel (a name triton_call never launched) is left to jaxlib.
   h100 = 227 * 1024
+  monkeypatch.setattr(_compat, "_OURS", {"_our_kernel"})
   wrapped = _compat._CompiledWarps(Lib(), smem_limit=lambda: h100)
-  wrapped.TritonKernel("k", 4, 1, h100, "ptx", "ttir", 90)
-  with pytest.raises(ValueError, match=rf"^config: kernel memeff/f needs {h100 + 1} bytes "
-                                       rf"of shared memory a block, more than the {h100} "):
-    wrapped.TritonKernel("memeff/f", 4, 1, h100 + 1, "ptx", "ttir", 90)
+  wrapped.TritonKernel("_our_kernel", 4, 1, h100, "ptx", "ttir", 90)
+  with pytest.raises(ValueError, match=rf"^config: kernel _our_kernel needs {h100 + 1} "
+                                       rf"bytes of shared memory a block, more than the "
+                                       rf"{h100} "):
+    wrapped.TritonKernel("_our_kernel", 4, 1, h100 + 1, "ptx", "ttir", 90)
+  wrapped.TritonKernel("_their_kernel", 4, 1, 2 * h100, "ptx", "ttir", 90)
   _compat._CompiledWarps(Lib(), smem_limit=lambda: None).TritonKernel(
-      "k", 4, 1, 10 * h100, "ptx", "ttir", 90)
-  assert [c[3] for c in calls] == [h100, 10 * h100]
+      "_our_kernel", 4, 1, 10 * h100, "ptx", "ttir", 90)
+  assert [c[3] for c in calls] == [h100, 2 * h100, 10 * h100]
 
 
 def _fake_jax_triton(monkeypatch, hook: bool = True):
