@@ -1,14 +1,20 @@
 """Version shims: JAX's varying-axis casts, jax-triton's triton_call, its TMA
 descriptors, its launch width for warp-specialized kernels, its compile of Gluon kernels,
-and a trace-time check of a kernel's shared memory against the GPU's."""
+a cache of compiled kernels across processes, and a trace-time check of a kernel's
+shared memory against the GPU's."""
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
 import functools
+import hashlib
 import inspect
+import json
+import os
+import pathlib
 import re
+import zlib
 from typing import Any
 
 import jax
@@ -116,7 +122,7 @@ def gluon_kernels(interpret: bool) -> bool:
   """Whether the Gluon Hopper kernels can be launched: never under the interpreter; on a
   GPU of compute capability 9.x (wgmma, Hopper's alone) with TMA descriptors, Triton
   >= 3.9 (the Gluon language they are written in) and a jax-triton whose Gluon compile
-  ``_gluon_compile`` can route."""
+  ``_compile_hook`` can route."""
   if interpret or not tma_descriptors(False):
     return False
   try:
@@ -148,17 +154,99 @@ def gluon_ptx(module, backend, options, arch) -> dict:
   return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
 
 
+# Kernels compiled once are kept in Triton's cache folder (TRITON_CACHE_DIR, else
+# ~/.triton/cache): jax-triton compiles every kernel afresh in each process as it
+# lowers a step, whether or not JAX's persistent compilation cache holds the step (one
+# H100, B = 8192: CLIP's training step 6.3 s of lowering, fused Matryoshka's 26 s on
+# Triton 3.9 and 18 s on 3.6). MEMEFF_JAX_KERNEL_CACHE=0 turns it off.
+KERNEL_CACHE_ENV = "MEMEFF_JAX_KERNEL_CACHE"
+_KERNEL_FILE = "memeff_jax_kernel.json.z"
+
+
+def _kernel_cache_on() -> bool:
+  """Off with MEMEFF_JAX_KERNEL_CACHE=0, with TRITON_ALWAYS_COMPILE=1 (Triton's own
+  cache skipped), and while jax-triton dumps what it compiles (JAX_TRITON_DUMP_DIR)."""
+  env = os.environ
+  return (env.get(KERNEL_CACHE_ENV, "1") != "0" and env.get("TRITON_ALWAYS_COMPILE") != "1"
+          and not env.get("JAX_TRITON_DUMP_DIR"))
+
+
 @functools.cache
-def _gluon_compile() -> None:
-  """Route jax-triton's compile of Gluon modules through ``gluon_ptx`` (in memory, once;
-  Triton modules compile as before)."""
+def _triton_build() -> str:
+  """Triton's version and the size and modification time of each file its own cache
+  keys hash (its compiler, backends, languages, libdevice and libtriton): Triton's
+  ``triton_key`` reads them all (1.5 s for libtriton's 500 MB), this stats them."""
+  import triton  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(triton.__file__).parent
+  files = [f for sub in ("compiler", "backends", "language", "experimental", "runtime", "_C")
+           for f in sorted((root / sub).rglob("*")) if f.is_file()
+           and (f.suffix in (".py", ".so", ".bc") or f.name.startswith("libtriton"))]
+  stats = [(str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+  return f"{triton.__version__} {root} {stats}"
+
+
+@functools.cache
+def _route_source() -> str:
+  return inspect.getsource(gluon_ptx)
+
+
+def kernel_cache_key(text: str, backend, options, target) -> str | None:
+  """The cache key of one compile: the kernel's TTIR (``text``, its specialization and
+  source lines included) with everything else its compile reads, as Triton keys its
+  own (its build, the backend's ptxas and architecture, the options, the environment
+  variables that change a compile; its build by ``_triton_build``) plus jax-triton's
+  version and this module's Gluon route; None (not cached) for a kernel ``triton_call``
+  did not launch (``_OURS``)."""
+  found = re.search(r"tt\.func (?:public )?@([\w$.]+)", text)
+  if found is None or found.group(1) not in _OURS:
+    return None
+  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  from triton._C.libtriton import get_cache_invalidating_env_vars  # pylint: disable=g-import-not-at-top
+  opts = options.hash() if hasattr(options, "hash") else repr(options)
+  parts = [text, _triton_build(), backend.hash(), opts, repr(target),
+           repr(sorted(get_cache_invalidating_env_vars().items())),
+           getattr(jt, "__version__", "?"), _route_source()]
+  return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _cache_load(key: str, result):
+  """The CompilationResult kept under ``key``, or None (absent, unreadable, or from a
+  jax-triton whose result has other fields)."""
+  from triton.runtime.cache import get_cache_manager  # pylint: disable=g-import-not-at-top
+  try:
+    path = get_cache_manager(key).get_file(_KERNEL_FILE)
+    if path is None:
+      return None
+    with open(path, "rb") as f:
+      return result(**json.loads(zlib.decompress(f.read())))
+  except (OSError, RuntimeError, ValueError, TypeError, zlib.error):
+    return None
+
+
+def _cache_store(key: str, compiled) -> None:
+  from triton.runtime.cache import get_cache_manager  # pylint: disable=g-import-not-at-top
+  try:
+    get_cache_manager(key).put(
+        zlib.compress(json.dumps(dataclasses.asdict(compiled)).encode()), _KERNEL_FILE)
+  except (OSError, RuntimeError, TypeError):
+    pass   # (an unwritable cache folder: the next process compiles again)
+
+
+@functools.cache
+def _compile_hook() -> None:
+  """Route jax-triton's compile of TTIR (in memory, once): a Gluon module (jax-triton
+  0.4) through ``gluon_ptx``, and memeff_jax's kernels through the kernel cache above.
+  Other kernels compile as before; a jax-triton without this hook point, all of them."""
   from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
+  if not (hasattr(tlib, "compile_ttir_inplace") and hasattr(tlib, "CompilationResult")):
+    return
   orig, result = tlib.compile_ttir_inplace, tlib.CompilationResult
 
-  def compile_ttir_inplace(ttir, backend, options, gpu_target):
-    if (ttir.get_int_attr("ttg.num-warps") is None or not hasattr(backend, "gluon_to_ttgir")
-        or not isinstance(gpu_target.arch, int)):
-      return orig(ttir, backend, options, gpu_target)
+  def compile_uncached(ttir, backend, options, *target):
+    gpu_target = target[0]
+    if (len(target) != 1 or ttir.get_int_attr("ttg.num-warps") is None
+        or not hasattr(backend, "gluon_to_ttgir") or not isinstance(gpu_target.arch, int)):
+      return orig(ttir, backend, options, *target)
     out = gluon_ptx(ttir, backend, options, gpu_target.arch)
     md = out["md"]
     align = md.get("global_scratch_align")
@@ -167,6 +255,16 @@ def _gluon_compile() -> None:
                   global_scratch_size=md.get("global_scratch_size") or None,
                   global_scratch_align=None if align in (None, 1) else align,
                   tensordesc_meta=md["tensordesc_meta"])
+
+  def compile_ttir_inplace(ttir, backend, options, *target):
+    # (the key is read before the compile, which rewrites the module in place)
+    key = kernel_cache_key(str(ttir), backend, options, target) if _kernel_cache_on() else None
+    compiled = None if key is None else _cache_load(key, result)
+    if compiled is None:
+      compiled = compile_uncached(ttir, backend, options, *target)
+      if key is not None:
+        _cache_store(key, compiled)
+    return compiled
 
   tlib.compile_ttir_inplace = compile_ttir_inplace
 
@@ -180,13 +278,12 @@ def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **
   FMA contraction on in both (``FP_FUSION``).
 
   Only ints are passed as Python scalars (both versions map them alike); float
-  hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors; Gluon
-  kernels compile through ``_gluon_compile``.
+  hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors; kernels
+  compile through ``_compile_hook`` (Gluon's route, the kernel cache).
   """
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
   _launch_compiled_warps()
-  if is_gluon(kernel):
-    _gluon_compile()
+  _compile_hook()
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
   args = [a.descriptor() if isinstance(a, Tiles) else a for a in args]
   _OURS.add(getattr(getattr(kernel, "fn", None), "__name__", None))

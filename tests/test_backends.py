@@ -330,7 +330,7 @@ def test_gluon_kernels_only_on_hopper(monkeypatch, cc, version, hook, interpret,
 
 def test_gluon_modules_compile_through_gluons_own_lowering(monkeypatch):
   # jax-triton 0.4.1 lowers every module with Triton's make_ttir + make_ttgir, which
-  # rewrite a Gluon kernel (a full wgmma wait after each wgmma); after _gluon_compile a
+  # rewrite a Gluon kernel (a full wgmma wait after each wgmma); after _compile_hook a
   # Gluon module (its ttg.num-warps set) goes through gluon_ptx and comes back as
   # jax-triton's CompilationResult, and a Triton module compiles as before.
   tlib = _fake_jax_triton(monkeypatch)
@@ -339,7 +339,7 @@ def test_gluon_modules_compile_through_gluons_own_lowering(monkeypatch):
             global_scratch_align=1)
   monkeypatch.setattr(_compat, "gluon_ptx", lambda module, backend, options, arch: seen.append(
       (module.warps, arch)) or dict(ptx="PTX", ttgir="TTGIR", llir="LLIR", md=md))
-  _compat._gluon_compile.__wrapped__()
+  _compat._compile_hook.__wrapped__()
 
   class Module:
     def __init__(self, warps):
@@ -357,6 +357,79 @@ def test_gluon_modules_compile_through_gluons_own_lowering(monkeypatch):
       binary="PTX", name="k", shared_mem_bytes=229632, ttgir="TTGIR", llir="LLIR",
       global_scratch_size=None, global_scratch_align=None, tensordesc_meta=[]))
   assert seen == [(4, 90)]
+
+
+@dataclasses.dataclass
+class _Compiled:
+  """jax-triton 0.3.1's CompilationResult."""
+  binary: str
+  name: str
+  shared_mem_bytes: int
+  ttgir: str
+  llir: str
+
+
+class _Ttir:
+  """A TTIR module as the compile hook reads it: its text and attributes."""
+
+  def __init__(self, name, body):
+    self.text = f"module {{\n  tt.func public @{name}(%arg0: !tt.ptr<f32>) {{ {body} }}\n}}"
+
+  def __str__(self):
+    return self.text
+
+  def get_int_attr(self, name):
+    return None
+
+
+def test_compiled_kernels_are_kept_for_the_next_process(monkeypatch, tmp_path):
+  # jax-triton compiles every kernel afresh in each process (CLIP's step: 6 s of
+  # lowering on an H100, fused Matryoshka's 26 s). _compile_hook keeps memeff_jax's
+  # compiled kernels in Triton's cache folder, keyed by the TTIR and what else the
+  # compile reads: a second process loads the first one's result instead of compiling.
+  # Other options or another TTIR compile; another library's kernel is never kept;
+  # MEMEFF_JAX_KERNEL_CACHE=0 keeps nothing; an unreadable entry is compiled again.
+  pytest.importorskip("triton.runtime.cache")
+  monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+  monkeypatch.delenv(_compat.KERNEL_CACHE_ENV, raising=False)
+  compiled = []
+
+  def compile_ttir(ttir, backend, options, cc, platform):   # 0.3.1's signature
+    compiled.append((str(ttir), options.hash()))
+    return _Compiled(f"PTX of {ttir} for {options.hash()}", "_k", 1024, "TTGIR", "LLIR")
+
+  tlib = types.SimpleNamespace(CompilationResult=_Compiled)
+  jt = types.ModuleType("jax_triton")
+  jt.triton_lib, jt.__version__ = tlib, "0.3.1"
+  monkeypatch.setitem(sys.modules, "jax_triton", jt)
+  monkeypatch.setattr(_compat, "_OURS", {"_k"})
+  backend = types.SimpleNamespace(hash=lambda: "ptxas-12.8-90")
+  warps = lambda w: types.SimpleNamespace(hash=lambda: f"num_warps-{w}")
+
+  def process(ttir, options):   # a new process: jax-triton's compile, the hook anew
+    tlib.compile_ttir_inplace = compile_ttir
+    _compat._compile_hook.__wrapped__()
+    return tlib.compile_ttir_inplace(ttir, backend, options, 90, "cuda")
+
+  first = process(_Ttir("_k", "a"), warps(4))
+  assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 1
+  assert first.binary == f"PTX of {_Ttir('_k', 'a')} for num_warps-4"
+  assert process(_Ttir("_k", "a"), warps(8)) != first and len(compiled) == 2
+  process(_Ttir("_k", "b"), warps(4))
+  assert len(compiled) == 3
+  entries = sorted(tmp_path.rglob(_compat._KERNEL_FILE))
+  assert len(entries) == 3
+  process(_Ttir("_theirs", "a"), warps(4))
+  process(_Ttir("_theirs", "a"), warps(4))
+  assert len(compiled) == 5 and sorted(tmp_path.rglob(_compat._KERNEL_FILE)) == entries
+  for entry in entries:
+    entry.write_bytes(b"not a kept kernel")
+  assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 6
+  assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 6
+  monkeypatch.setenv(_compat.KERNEL_CACHE_ENV, "0")
+  process(_Ttir("_k", "c"), warps(4))
+  process(_Ttir("_k", "c"), warps(4))
+  assert len(compiled) == 8 and len(list(tmp_path.rglob(_compat._KERNEL_FILE))) == 3
 
 
 @pytest.mark.parametrize("d,chunks", [(200, 4), (512, 2), (96, 1), (33, 3)])
