@@ -154,21 +154,31 @@ def gluon_ptx(module, backend, options, arch) -> dict:
   return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
 
 
-# Kernels compiled once are kept in Triton's cache folder (TRITON_CACHE_DIR, else
-# ~/.triton/cache): jax-triton compiles every kernel afresh in each process as it
-# lowers a step, whether or not JAX's persistent compilation cache holds the step (one
-# H100, B = 8192: CLIP's training step 6.3 s of lowering, fused Matryoshka's 26 s on
-# Triton 3.9 and 18 s on 3.6). MEMEFF_JAX_KERNEL_CACHE=0 turns it off.
+# Kernels compiled once can be kept in a folder of their own (opt-in, experimental):
+# jax-triton compiles every kernel afresh in each process as it lowers a step, whether
+# or not JAX's persistent compilation cache holds the step (one H100, B = 8192: CLIP's
+# training step 6.3 s of lowering, fused Matryoshka's 26 s on Triton 3.9 and 18 s on
+# 3.6). Not Triton's own cache folder: jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" as
+# it is imported (so Triton keeps nothing) and 0.4.1 deletes it (so ~/.triton/cache).
+# MEMEFF_JAX_KERNEL_CACHE=1 keeps them in $XDG_CACHE_HOME/memeff_jax/kernels (else
+# ~/.cache/memeff_jax/kernels), =PATH in PATH; unset or 0, none are kept.
 KERNEL_CACHE_ENV = "MEMEFF_JAX_KERNEL_CACHE"
 _KERNEL_FILE = "memeff_jax_kernel.json.z"
 
 
-def _kernel_cache_on() -> bool:
-  """Off with MEMEFF_JAX_KERNEL_CACHE=0, with TRITON_ALWAYS_COMPILE=1 (Triton's own
-  cache skipped), and while jax-triton dumps what it compiles (JAX_TRITON_DUMP_DIR)."""
+def kernel_cache_dir() -> pathlib.Path | None:
+  """The kernel cache's folder, or None: MEMEFF_JAX_KERNEL_CACHE unset or 0,
+  TRITON_ALWAYS_COMPILE=1 (Triton's own cache skipped), or JAX_TRITON_DUMP_DIR set
+  (jax-triton dumping what it compiles)."""
   env = os.environ
-  return (env.get(KERNEL_CACHE_ENV, "1") != "0" and env.get("TRITON_ALWAYS_COMPILE") != "1"
-          and not env.get("JAX_TRITON_DUMP_DIR"))
+  where = env.get(KERNEL_CACHE_ENV, "")
+  if where in ("", "0") or env.get("TRITON_ALWAYS_COMPILE") == "1" or env.get(
+      "JAX_TRITON_DUMP_DIR"):
+    return None
+  if where != "1":
+    return pathlib.Path(where)
+  home = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return pathlib.Path(home, "memeff_jax", "kernels")
 
 
 @functools.cache
@@ -201,42 +211,45 @@ def kernel_cache_key(text: str, backend, options, target) -> str | None:
   if found is None or found.group(1) not in _OURS:
     return None
   import jax_triton as jt  # pylint: disable=g-import-not-at-top
-  from triton._C.libtriton import get_cache_invalidating_env_vars  # pylint: disable=g-import-not-at-top
+  try:
+    from triton._C.libtriton import get_cache_invalidating_env_vars  # pylint: disable=g-import-not-at-top
+    env = sorted(get_cache_invalidating_env_vars().items())
+  except ImportError:
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith(("TRITON_", "MLIR_")))
   opts = options.hash() if hasattr(options, "hash") else repr(options)
-  parts = [text, _triton_build(), backend.hash(), opts, repr(target),
-           repr(sorted(get_cache_invalidating_env_vars().items())),
+  parts = [text, _triton_build(), backend.hash(), opts, repr(target), repr(env),
            getattr(jt, "__version__", "?"), _route_source()]
   return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
-def _cache_load(key: str, result):
+def _cache_load(folder: pathlib.Path, key: str, result):
   """The CompilationResult kept under ``key``, or None (absent, unreadable, or from a
   jax-triton whose result has other fields)."""
-  from triton.runtime.cache import get_cache_manager  # pylint: disable=g-import-not-at-top
   try:
-    path = get_cache_manager(key).get_file(_KERNEL_FILE)
-    if path is None:
-      return None
-    with open(path, "rb") as f:
-      return result(**json.loads(zlib.decompress(f.read())))
-  except (OSError, RuntimeError, ValueError, TypeError, zlib.error):
+    return result(**json.loads(zlib.decompress((folder / key / _KERNEL_FILE).read_bytes())))
+  except (OSError, ValueError, TypeError, zlib.error):
     return None
 
 
-def _cache_store(key: str, compiled) -> None:
-  from triton.runtime.cache import get_cache_manager  # pylint: disable=g-import-not-at-top
+def _cache_store(folder: pathlib.Path, key: str, compiled) -> None:
+  """Keeps ``compiled`` under ``key``: written beside, then renamed into place (atomic,
+  so a process reading it meanwhile sees all of it or nothing)."""
   try:
-    get_cache_manager(key).put(
-        zlib.compress(json.dumps(dataclasses.asdict(compiled)).encode()), _KERNEL_FILE)
-  except (OSError, RuntimeError, TypeError):
-    pass   # (an unwritable cache folder: the next process compiles again)
+    entry = folder / key
+    entry.mkdir(parents=True, exist_ok=True)
+    tmp = entry / f"{_KERNEL_FILE}.{os.getpid()}.tmp"
+    tmp.write_bytes(zlib.compress(json.dumps(dataclasses.asdict(compiled)).encode()))
+    os.replace(tmp, entry / _KERNEL_FILE)
+  except (OSError, TypeError):
+    pass   # (an unwritable folder: the next process compiles again)
 
 
 @functools.cache
 def _compile_hook() -> None:
   """Route jax-triton's compile of TTIR (in memory, once): a Gluon module (jax-triton
-  0.4) through ``gluon_ptx``, and memeff_jax's kernels through the kernel cache above.
-  Other kernels compile as before; a jax-triton without this hook point, all of them."""
+  0.4) through ``gluon_ptx``, and memeff_jax's kernels through the kernel cache
+  (``kernel_cache_dir``). Other kernels compile as before; with a jax-triton without
+  this hook point, every kernel does."""
   from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
   if not (hasattr(tlib, "compile_ttir_inplace") and hasattr(tlib, "CompilationResult")):
     return
@@ -258,12 +271,13 @@ def _compile_hook() -> None:
 
   def compile_ttir_inplace(ttir, backend, options, *target):
     # (the key is read before the compile, which rewrites the module in place)
-    key = kernel_cache_key(str(ttir), backend, options, target) if _kernel_cache_on() else None
-    compiled = None if key is None else _cache_load(key, result)
+    folder = kernel_cache_dir()
+    key = None if folder is None else kernel_cache_key(str(ttir), backend, options, target)
+    compiled = None if key is None else _cache_load(folder, key, result)
     if compiled is None:
       compiled = compile_uncached(ttir, backend, options, *target)
       if key is not None:
-        _cache_store(key, compiled)
+        _cache_store(folder, key, compiled)
     return compiled
 
   tlib.compile_ttir_inplace = compile_ttir_inplace

@@ -201,6 +201,32 @@ def test_config_over_the_gpus_shared_memory_is_a_value_error():
     assert _compat.max_shared_bytes() == 227 * 1024
 
 
+def test_kernel_cache_gives_the_same_step(tmp_path):
+  # The kept kernels (MEMEFF_JAX_KERNEL_CACHE, opt-in) against kernels compiled afresh:
+  # three processes of their own run the same steps (tests/support/cache_step.py: CLIP
+  # on the Gluon / TMA kernels where jax-triton 0.4 has them, fused Matryoshka CLIP),
+  # without the cache, then filling it, then from it. All three give the same losses and
+  # gradients bit for bit, and the third compiles nothing (a kernel compiled is written
+  # to the cache, so its entries would change).
+  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  kept = tmp_path / "kernels"
+  entries = lambda: {f: f.stat().st_mtime_ns for f in kept.rglob(_compat._KERNEL_FILE)}
+  runs, seen = [], []
+  for i, cache in enumerate(("0", str(kept), str(kept))):
+    env = dict(os.environ, MEMEFF_JAX_KERNEL_CACHE=cache)
+    subprocess.run([sys.executable, "-m", "tests.support.cache_step", str(tmp_path / f"{i}.npz")],
+                   env=env, cwd=root, check=True)
+    runs.append(dict(np.load(tmp_path / f"{i}.npz")))
+    seen.append(entries() if kept.exists() else {})
+  print("lowering seconds (no cache, filling, from it):", [float(r["lower_s"]) for r in runs])
+  assert not seen[0] and seen[1] and seen[2] == seen[1]
+  for run in runs[1:]:
+    for name, value in runs[0].items():
+      if name != "lower_s":
+        np.testing.assert_array_equal(run[name], value, err_msg=name)
+
+
 @pytest.mark.parametrize("loss", ["clip", "lit", "qwen3", "lit_qwen3"])
 def test_one_device_ring_equals_plain(loss):
   fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "qwen3": mj.qwen3_loss,
