@@ -2,6 +2,10 @@
 reference, the launchers against dense jnp statistics, determinism, and the one-device
 ring. fp32 runs with ``precision="ieee"`` dots (tf32 would cost ~3 digits)."""
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -208,7 +212,6 @@ def test_kernel_cache_gives_the_same_step(tmp_path):
   # without the cache, then filling it, then from it. All three give the same losses and
   # gradients bit for bit, and the third compiles nothing (a kernel compiled is written
   # to the cache, so its entries would change).
-  import os, subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   kept = tmp_path / "kernels"
   entries = lambda: {f: f.stat().st_mtime_ns for f in kept.rglob(_compat._KERNEL_FILE)}
