@@ -16,6 +16,9 @@
 #   sweep    tile candidates of bench_configs.py
 #   gradcache training steps, plain vs grad_cache (ViT-S/16 + text tower), not in the default
 #            STAGES: its CSV is benchmarks/results/<gpu>_grad_cache.csv
+#   compile  a step's start-up (bench_compile.py: CLIP and fused Matryoshka CLIP in fresh
+#            processes), without the kernel cache, then twice with it in a fresh folder;
+#            not in the default STAGES (compile_plain.csv, compile_kept.csv)
 #   ring     multi-GPU scaling, not in the default STAGES (it wants a machine with several
 #            GPUs): ring_jax then ring_memeff, each also a stage of its own (one run
 #            each if both do not fit in one). ring_jax: bench_ring.py through sharded
@@ -110,6 +113,13 @@ has sweep && stage ${T_SWEEP:-90} python benchmarks/bench_configs.py --batch 655
 # 95% of the GPU for XLA (the default 75% would cap the step's memory at 105 GiB).
 has gradcache && XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 stage ${T_GRADCACHE:-420} \
   python benchmarks/bench_grad_cache.py --out "$OUT/grad_cache.csv"
+if has compile; then
+  stage ${T_COMPILE:-240} python -m benchmarks.bench_compile --losses clip,clip_mrl \
+    --out "$OUT/compile_plain.csv"
+  rm -rf /tmp/memeff_kernels
+  stage ${T_COMPILE:-240} python -m benchmarks.bench_compile --losses clip,clip_mrl \
+    --env MEMEFF_JAX_KERNEL_CACHE=/tmp/memeff_kernels --out "$OUT/compile_kept.csv"
+fi
 NGPU=$(nvidia-smi -L | wc -l)
 RING_ARGS="--losses ${RING_LOSSES:-clip,lit,qwen3_qqdd,lit_qwen3,clip_mrl}
   --batch ${RING_BATCH:-65536,131072} --reps ${RING_REPS:-5} ${RING_WEAK:+--weak $RING_WEAK}"
