@@ -271,8 +271,11 @@ def _compile_hook() -> None:
 
   def compile_ttir_inplace(ttir, backend, options, *target):
     # (the key is read before the compile, which rewrites the module in place)
-    folder = kernel_cache_dir()
-    key = None if folder is None else kernel_cache_key(str(ttir), backend, options, target)
+    folder, key = kernel_cache_dir(), None
+    try:   # (the cache never stops a compile: a key it cannot form, no cache)
+      key = None if folder is None else kernel_cache_key(str(ttir), backend, options, target)
+    except (OSError, ImportError, AttributeError, TypeError, ValueError):
+      pass
     compiled = None if key is None else _cache_load(folder, key, result)
     if compiled is None:
       compiled = compile_uncached(ttir, backend, options, *target)

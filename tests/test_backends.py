@@ -413,7 +413,8 @@ def test_compiled_kernels_are_kept_for_the_next_process(monkeypatch, tmp_path):
   # compiled kernels in MEMEFF_JAX_KERNEL_CACHE's folder, keyed by the TTIR and what
   # else the compile reads: a second process loads the first one's result instead of
   # compiling. Other options or another TTIR compile; another library's kernel is never
-  # kept; MEMEFF_JAX_KERNEL_CACHE=0 keeps nothing; an unreadable entry is compiled again.
+  # kept; MEMEFF_JAX_KERNEL_CACHE=0 keeps nothing; an unreadable entry is compiled again,
+  # and a key that cannot be formed (no ptxas) leaves the kernel compiled, not kept.
   # (Opt-in until a GPU run has checked its kernels on both stacks.)
   pytest.importorskip("triton._C.libtriton")
   monkeypatch.setenv(_compat.KERNEL_CACHE_ENV, str(tmp_path))
@@ -453,10 +454,17 @@ def test_compiled_kernels_are_kept_for_the_next_process(monkeypatch, tmp_path):
     entry.write_bytes(b"not a kept kernel")
   assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 6
   assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 6
+  def no_ptxas():
+    raise OSError("no ptxas")
+
+  backend.hash = no_ptxas   # a key it cannot form: compiled, nothing kept
+  process(_Ttir("_k", "d"), warps(4))
+  assert len(compiled) == 7 and len(list(tmp_path.rglob(_compat._KERNEL_FILE))) == 3
+  backend.hash = lambda: "ptxas-12.8-90"
   monkeypatch.setenv(_compat.KERNEL_CACHE_ENV, "0")
   process(_Ttir("_k", "c"), warps(4))
   process(_Ttir("_k", "c"), warps(4))
-  assert len(compiled) == 8 and len(list(tmp_path.rglob(_compat._KERNEL_FILE))) == 3
+  assert len(compiled) == 9 and len(list(tmp_path.rglob(_compat._KERNEL_FILE))) == 3
 
 
 @pytest.mark.parametrize("d,chunks", [(200, 4), (512, 2), (96, 1), (33, 3)])
