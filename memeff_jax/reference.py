@@ -39,6 +39,19 @@ def _sims(u, v):
   return jnp.dot(u, v.T, preferred_element_type=_acc(u.dtype), precision=_HI)
 
 
+def _scaled_lse(raw, keep, scale):
+  """log sum over the kept entries of exp(scale raw), along the last axis, shifted in
+  raw units: with m the largest kept raw, scale (raw - m) is exactly 0 at m's entry
+  however the product is rounded. (``jax.nn.logsumexp(scale * raw)`` under jit can see
+  its maximum and its shifted entries rounded apart, XLA contracting the product into
+  an FMA in one fusion and not in the other: at t = 1e-12, 1 / 2 ulp of a logit is
+  3e4, and exp overflowed.)"""
+  m = lax.stop_gradient(jnp.max(jnp.where(keep, raw, -jnp.inf), axis=-1, keepdims=True))
+  m = jnp.where(jnp.isfinite(m), m, 0.0)
+  z = jnp.where(keep, scale * (raw - m), -jnp.inf)
+  return scale * m[..., 0] + jax.nn.logsumexp(z, axis=-1)
+
+
 def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   """Row softmaxes over candidate similarities ``raw`` [n, c].
 
@@ -47,16 +60,15 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   Returns (ell [n] incl. smoothing, lse [n] = log Den).
   """
   logits = scale * raw
-  cand = jnp.where(keep, logits, -jnp.inf)
   pos = jnp.sum(jnp.where(is_pos, logits, 0.0), axis=-1)
   if tau is None:
-    lse = jax.nn.logsumexp(cand, axis=-1)
+    lse = _scaled_lse(raw, keep, scale)
   else:
     if isinstance(n_neg, int):   # with ``where`` it is traced (none: NaN, in _finish)
       check_negatives(tau, n_neg, raw.shape[0])
     # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
     # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
-    neg = jax.nn.logsumexp(jnp.where(is_pos, -jnp.inf, cand), axis=-1)
+    neg = _scaled_lse(raw, keep & ~is_pos, scale)
     shift = lax.stop_gradient(jnp.maximum(neg, pos))   # keeps exp() in fp32 range
     g = (jnp.exp(neg - shift) / n_neg - tau * jnp.exp(pos - shift)) / (1.0 - tau)
     floor = jnp.exp(-scale - shift)

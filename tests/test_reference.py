@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from jax.test_util import check_grads
 
+import memeff_jax as mj
 from memeff_jax import reference
 from tests.support import oracle
 from tests.support.check import sampled
@@ -153,6 +154,30 @@ def test_debias_formula_written_out():
     assert any(clamped) and not all(clamped)
     np.testing.assert_allclose(reference.lit_loss(x, y, temperature=t, tau_plus=tau),
                                np.mean(ells), rtol=1e-12)
+
+
+@pytest.mark.parametrize("family,kw", [("clip", {}), ("lit", {}), ("clip", dict(tau_plus=0.1)),
+                                       ("qwen3", dict(use_qq_negatives=True))])
+def test_jit_at_a_tiny_temperature(family, kw):
+  # t = 1e-12 (in range: t and 1 / t normal floats): logits near 1e12, where half an ulp
+  # is 3e4. Under jit XLA had contracted scale * raw into an FMA in one fusion of
+  # logsumexp and not in the other, so the row's maximum and its shifted entries were
+  # rounded apart and exp overflowed (NaN). The reference under jit agrees with itself
+  # eagerly and with the blockwise backend (an independent formulation) to float32's
+  # rounding of such logits.
+  n, d = 12, 8
+  args = [jnp.asarray(_rand(i, n, d), jnp.float32) for i in range(2)]
+  if family == "qwen3":
+    args.append(jnp.asarray(_rand(2, n, 2, d), jnp.float32))
+  ref = lambda *a: getattr(reference, f"{family}_loss")(*a, temperature=1e-12, **kw)
+  other = lambda *a: getattr(mj, f"{family}_loss")(*a, temperature=1e-12, backend="blockwise",
+                                                  **kw)
+  got = jax.jit(jax.value_and_grad(ref, argnums=(0, 1)))(*args)
+  for want in (jax.value_and_grad(ref, argnums=(0, 1))(*args),
+               jax.jit(jax.value_and_grad(other, argnums=(0, 1)))(*args)):
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+    for g, w in zip(got[1], want[1]):
+      np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5 * float(jnp.max(jnp.abs(w))))
 
 
 def test_stable_scales_every_gradient():
