@@ -454,6 +454,7 @@ def test_compiled_kernels_are_kept_for_the_next_process(monkeypatch, tmp_path):
     entry.write_bytes(b"not a kept kernel")
   assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 6
   assert process(_Ttir("_k", "a"), warps(4)) == first and len(compiled) == 6
+
   def no_ptxas():
     raise OSError("no ptxas")
 

@@ -325,9 +325,6 @@ def test_loss_functions_skip_the_maxima(monkeypatch, family):
   assert calls and all(not want for _, want in calls), calls
 
 
-# The GPUs fit_smem fits to: (compute capability, KiB of shared memory one block may
-# use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
-# parts have the same 99 KiB).
 @pytest.mark.parametrize("driver,kib", [(232448, 227), (166912, 163), (101376, 99),
                                         (65536, 64), (None, 227)])
 def test_the_gpus_shared_memory_comes_from_the_driver(monkeypatch, driver, kib):
@@ -342,6 +339,9 @@ def test_the_gpus_shared_memory_comes_from_the_driver(monkeypatch, driver, kib):
     launch._device_smem_kib.cache_clear()
 
 
+# The GPUs fit_smem fits to: (compute capability, KiB of shared memory one block may
+# use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
+# parts have the same 99 KiB).
 SMALLER_GPUS = [(80, 163), (86, 99)]
 _SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl", "siglip"],
                                      [64, 128, 200, 384, 512, 1024, 1152],
