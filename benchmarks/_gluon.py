@@ -32,7 +32,9 @@ PTXAS = os.environ.get("TRITON_PTXAS_BLACKWELL_PATH") or next(
      if os.path.exists(p)), "ptxas")
 
 
-is_gluon = _compat.is_gluon
+def is_gluon(kernel) -> bool:
+  """Whether ``kernel`` is a Gluon kernel (its launch takes Gluon's host descriptors)."""
+  return getattr(kernel, "is_gluon", lambda: False)()
 
 
 def layout(block):

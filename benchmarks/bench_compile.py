@@ -21,13 +21,18 @@ or without; XLA's compile 3-10 s, 0.05-0.2 s from that cache.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import time
+
+if __package__ in (None, ""):   # run as a file
+  sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+from benchmarks._harness import Writer  # pylint: disable=wrong-import-position
 
 
 @dataclasses.dataclass
@@ -94,7 +99,7 @@ def main() -> None:
                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   env.update(extra)
-  rows = []
+  writer = Writer(a.out)
   for loss in a.losses.split(","):
     for i in range(1, a.processes + 1):
       row = Row(loss, a.batch, a.dims, a.dtype, i, a.provider, env=" ".join(f"{k}={v}" for k, v in
@@ -110,13 +115,7 @@ def main() -> None:
       else:
         errors = [l for l in out.stderr.splitlines() if "Error" in l] or ["no output"]
         row.note = errors[-1][:200]
-      print("RESULT " + json.dumps(dataclasses.asdict(row)), flush=True)
-      rows.append(row)
-  if a.out:
-    with open(a.out, "w", newline="") as f:
-      w = csv.DictWriter(f, fieldnames=[x.name for x in dataclasses.fields(Row)])
-      w.writeheader()
-      w.writerows(dataclasses.asdict(r) for r in rows)
+      writer.add(row)
 
 
 if __name__ == "__main__":

@@ -191,7 +191,8 @@ def _triton_build() -> str:
   files = [f for sub in ("compiler", "backends", "language", "experimental", "runtime", "_C")
            for f in sorted((root / sub).rglob("*")) if f.is_file()
            and (f.suffix in (".py", ".so", ".bc") or f.name.startswith("libtriton"))]
-  stats = [(str(f.relative_to(root)), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+  stats = [(str(f.relative_to(root)), st.st_size, st.st_mtime_ns)
+           for f, st in ((f, f.stat()) for f in files)]
   return f"{triton.__version__} {root} {stats}"
 
 
@@ -284,10 +285,6 @@ def _compile_hook() -> None:
     return compiled
 
   tlib.compile_ttir_inplace = compile_ttir_inplace
-
-
-def is_gluon(kernel) -> bool:
-  return getattr(kernel, "is_gluon", lambda: False)()
 
 
 def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
