@@ -115,7 +115,7 @@ has gradcache && XLA_PYTHON_CLIENT_MEM_FRACTION=0.95 stage ${T_GRADCACHE:-420} \
   python benchmarks/bench_grad_cache.py --out "$OUT/grad_cache.csv"
 if has compile; then
   stage ${T_COMPILE:-240} python -m benchmarks.bench_compile --losses clip,clip_mrl \
-    --out "$OUT/compile_plain.csv"
+    --env MEMEFF_JAX_KERNEL_CACHE=0 --out "$OUT/compile_plain.csv"
   rm -rf /tmp/memeff_kernels
   stage ${T_COMPILE:-240} python -m benchmarks.bench_compile --losses clip,clip_mrl \
     --env MEMEFF_JAX_KERNEL_CACHE=/tmp/memeff_kernels --out "$OUT/compile_kept.csv"

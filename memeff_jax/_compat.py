@@ -154,28 +154,29 @@ def gluon_ptx(module, backend, options, arch) -> dict:
   return dict(ptx=ptx, ttgir=ttgir_text, llir=str(llir), md=md)
 
 
-# Kernels compiled once can be kept in a folder of their own (opt-in, experimental):
-# jax-triton compiles every kernel afresh in each process as it lowers a step, whether
-# or not JAX's persistent compilation cache holds the step (one H100, B = 8192: CLIP's
-# training step 6.3 s of lowering, fused Matryoshka's 26 s on Triton 3.9 and 18 s on
-# 3.6). Not Triton's own cache folder: jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" as
-# it is imported (so Triton keeps nothing) and 0.4.1 deletes it (so ~/.triton/cache).
-# MEMEFF_JAX_KERNEL_CACHE=1 keeps them in $XDG_CACHE_HOME/memeff_jax/kernels (else
-# ~/.cache/memeff_jax/kernels), =PATH in PATH; unset or 0, none are kept.
+# Kernels compiled once are kept in a folder of their own: jax-triton compiles every
+# kernel afresh in each process as it lowers a step, whether or not JAX's persistent
+# compilation cache holds the step (one H100, B = 8192: CLIP's training step 6.3 s of
+# lowering, fused Matryoshka's 26 s on Triton 3.9 and 18 s on 3.6). Not Triton's own
+# cache folder: jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" as it is imported (so
+# Triton keeps nothing) and 0.4.1 deletes it (so ~/.triton/cache). By default (unset,
+# "" or 1) they are kept in $XDG_CACHE_HOME/memeff_jax/kernels (else
+# ~/.cache/memeff_jax/kernels); MEMEFF_JAX_KERNEL_CACHE=PATH keeps them in PATH, =0 none
+# (false, off and no too).
 KERNEL_CACHE_ENV = "MEMEFF_JAX_KERNEL_CACHE"
 _KERNEL_FILE = "memeff_jax_kernel.json.z"
 
 
 def kernel_cache_dir() -> pathlib.Path | None:
-  """The kernel cache's folder, or None: MEMEFF_JAX_KERNEL_CACHE unset or 0,
+  """The kernel cache's folder, or None: MEMEFF_JAX_KERNEL_CACHE=0 (or false, off, no),
   TRITON_ALWAYS_COMPILE=1 (Triton's own cache skipped), or JAX_TRITON_DUMP_DIR set
   (jax-triton dumping what it compiles)."""
   env = os.environ
   where = env.get(KERNEL_CACHE_ENV, "")
-  if where in ("", "0") or env.get("TRITON_ALWAYS_COMPILE") == "1" or env.get(
+  if where.lower() in ("0", "false", "off", "no") or env.get("TRITON_ALWAYS_COMPILE") == "1" or env.get(
       "JAX_TRITON_DUMP_DIR"):
     return None
-  if where != "1":
+  if where not in ("", "1"):
     return pathlib.Path(where)
   home = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return pathlib.Path(home, "memeff_jax", "kernels")

@@ -363,17 +363,20 @@ _ON = {"MEMEFF_JAX_KERNEL_CACHE": "1"}
 
 
 @pytest.mark.parametrize("env,want", [
-    ({}, None),
+    ({}, "HOME/.cache/memeff_jax/kernels"),
+    ({"MEMEFF_JAX_KERNEL_CACHE": ""}, "HOME/.cache/memeff_jax/kernels"),
     ({"MEMEFF_JAX_KERNEL_CACHE": "0"}, None),
+    ({"MEMEFF_JAX_KERNEL_CACHE": "Off"}, None),
     (_ON, "HOME/.cache/memeff_jax/kernels"),
     (dict(_ON, XDG_CACHE_HOME="XDG"), "XDG/memeff_jax/kernels"),
     ({"MEMEFF_JAX_KERNEL_CACHE": "/kept"}, "/kept"),
     (dict(_ON, TRITON_ALWAYS_COMPILE="1"), None),
     (dict(_ON, JAX_TRITON_DUMP_DIR="/dump"), None)])
 def test_kernel_cache_folder(monkeypatch, env, want):
-  # Where compiled kernels are kept (opt-in): a folder of memeff_jax's own (jax-triton
-  # sets TRITON_CACHE_DIR to "" or deletes it as it is imported); none unless asked for,
-  # nor where Triton is told to compile always or jax-triton dumps its compiles.
+  # Where compiled kernels are kept (by default): a folder of memeff_jax's own
+  # (jax-triton sets TRITON_CACHE_DIR to "" or deletes it as it is imported); none where
+  # turned off, nor where Triton is told to compile always or jax-triton dumps its
+  # compiles.
   for name in ("MEMEFF_JAX_KERNEL_CACHE", "XDG_CACHE_HOME", "TRITON_ALWAYS_COMPILE",
                "JAX_TRITON_DUMP_DIR"):
     monkeypatch.delenv(name, raising=False)
@@ -415,7 +418,6 @@ def test_compiled_kernels_are_kept_for_the_next_process(monkeypatch, tmp_path):
   # compiling. Other options or another TTIR compile; another library's kernel is never
   # kept; MEMEFF_JAX_KERNEL_CACHE=0 keeps nothing; an unreadable entry is compiled again,
   # and a key that cannot be formed (no ptxas) leaves the kernel compiled, not kept.
-  # (Opt-in until a GPU run has checked its kernels on both stacks.)
   pytest.importorskip("triton._C.libtriton")
   monkeypatch.setenv(_compat.KERNEL_CACHE_ENV, str(tmp_path))
   for name in ("TRITON_ALWAYS_COMPILE", "JAX_TRITON_DUMP_DIR"):
