@@ -173,8 +173,8 @@ def kernel_cache_dir() -> pathlib.Path | None:
   (jax-triton dumping what it compiles)."""
   env = os.environ
   where = env.get(KERNEL_CACHE_ENV, "")
-  if where.lower() in ("0", "false", "off", "no") or env.get("TRITON_ALWAYS_COMPILE") == "1" or env.get(
-      "JAX_TRITON_DUMP_DIR"):
+  off = where.lower() in ("0", "false", "off", "no")
+  if off or env.get("TRITON_ALWAYS_COMPILE") == "1" or env.get("JAX_TRITON_DUMP_DIR"):
     return None
   if where not in ("", "1"):
     return pathlib.Path(where)

@@ -206,12 +206,12 @@ def test_config_over_the_gpus_shared_memory_is_a_value_error():
 
 
 def test_kernel_cache_gives_the_same_step(tmp_path):
-  # The kept kernels (MEMEFF_JAX_KERNEL_CACHE, on by default) against kernels compiled afresh:
-  # three processes of their own run the same steps (tests/support/cache_step.py: CLIP
-  # on the Gluon / TMA kernels where jax-triton 0.4 has them, fused Matryoshka CLIP),
-  # without the cache, then filling it, then from it. All three give the same losses and
-  # gradients bit for bit, and the third compiles nothing (a kernel compiled is written
-  # to the cache, so its entries would change).
+  # The kept kernels (MEMEFF_JAX_KERNEL_CACHE, on by default) against kernels compiled
+  # afresh: three processes of their own run the same steps
+  # (tests/support/cache_step.py: CLIP on the Gluon / TMA kernels where jax-triton 0.4
+  # has them, fused Matryoshka CLIP), without the cache, then filling it, then from it.
+  # All three give the same losses and gradients bit for bit, and the third compiles
+  # nothing (a kernel compiled is written to the cache, so its entries would change).
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   kept = tmp_path / "kernels"
   entries = lambda: {f: f.stat().st_mtime_ns for f in kept.rglob(_compat._KERNEL_FILE)}
