@@ -102,11 +102,11 @@ def main() -> None:
                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                  JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
   env.update(extra)
+  extra_note = " ".join(f"{k}={v}" for k, v in sorted(extra.items()))
   writer = Writer(a.out)
   for loss in a.losses.split(","):
     for i in range(1, a.processes + 1):
-      row = Row(loss, a.batch, a.dims, a.dtype, i, a.provider, env=" ".join(f"{k}={v}" for k, v in
-                                                                 sorted(extra.items())))
+      row = Row(loss, a.batch, a.dims, a.dtype, i, a.provider, env=extra_note)
       out = subprocess.run([sys.executable, "-m", "benchmarks.bench_compile", "--child", loss,
                             "--batch", str(a.batch), "--dims", str(a.dims), "--dtype", a.dtype,
                             "--provider", a.provider],
