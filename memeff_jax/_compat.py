@@ -1,4 +1,4 @@
-"""Version shims: JAX's varying-axis casts, jax-triton's triton_call, its TMA
+"""Version shims: JAX's varying-axis casts, jax-triton's import and triton_call, its TMA
 descriptors, its launch width for warp-specialized kernels, its compile of Gluon kernels,
 a cache of compiled kernels across processes, and a trace-time check of a kernel's
 shared memory against the GPU's."""
@@ -14,6 +14,7 @@ import json
 import os
 import pathlib
 import re
+import sys
 import zlib
 from typing import Any
 
@@ -57,6 +58,25 @@ def varying_axes(v) -> frozenset:
   return frozenset(getattr(aval, "vma", ()))
 
 
+def jax_triton():
+  """``jax_triton``, its first import leaving TRITON_CACHE_DIR as it was: jax-triton
+  0.3.1 sets it to "" as it is imported (Triton's cache manager, which ``triton.compile``
+  uses, then raises "Could not create or locate cache dir") and 0.4.1 deletes it (so
+  Triton's cache moves to ~/.triton/cache). Neither reads it again: jax-triton compiles
+  through Triton's stages, not through its cache."""
+  if "jax_triton" in sys.modules:
+    return sys.modules["jax_triton"]
+  before = os.environ.get("TRITON_CACHE_DIR")
+  try:
+    import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  finally:
+    if before is None:
+      os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+      os.environ["TRITON_CACHE_DIR"] = before
+  return jt
+
+
 # FMA contraction, on in every build the tests and benchmarks ran: jax-triton 0.3.x passes
 # it on by default; 0.4 leaves it to Triton, whose default warns in 3.9 and turns it off
 # from 3.10 (TRITON_DEFAULT_FP_FUSION). Pinned, as the compile-only tests pin it.
@@ -67,7 +87,7 @@ FP_FUSION = True
 def _triton_call_kwargs() -> tuple[str, dict]:
   """jax-triton's name for the output shapes (``out_shape`` in 0.3.x, ``out_type`` in
   0.4) and its keywords pinning ``FP_FUSION`` (0.4: through ``backend_options``)."""
-  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  jt = jax_triton()
   params = inspect.signature(jt.triton_call).parameters
   out = "out_type" if "out_type" in params else "out_shape"
   if "backend_options" in params:
@@ -86,7 +106,7 @@ class Tiles:
   gluon: bool = False
 
   def descriptor(self):
-    import jax_triton as jt  # pylint: disable=g-import-not-at-top
+    jt = jax_triton()
     if not self.gluon:
       return jt.TensorDescriptor.from_array(self.base, self.block)
     from triton.experimental.gluon import language as gl  # pylint: disable=g-import-not-at-top
@@ -110,7 +130,7 @@ def tma_descriptors(interpret: bool) -> bool:
     if interpret:
       import triton.tools.tensor_descriptor  # pylint: disable=g-import-not-at-top,unused-import
       return True
-    import jax_triton as jt  # pylint: disable=g-import-not-at-top
+    jt = jax_triton()
     major = int(str(jax.devices()[0].compute_capability).split(".")[0])
   except (ImportError, AttributeError, RuntimeError, ValueError):
     return False
@@ -127,7 +147,7 @@ def gluon_kernels(interpret: bool) -> bool:
     return False
   try:
     import triton.experimental.gluon.language.nvidia.hopper  # pylint: disable=g-import-not-at-top
-    from jax_triton import triton_lib  # pylint: disable=g-import-not-at-top
+    triton_lib = jax_triton().triton_lib
     major = int(str(jax.devices()[0].compute_capability).split(".")[0])
   except (ImportError, AttributeError, RuntimeError, ValueError):
     return False
@@ -157,10 +177,9 @@ def gluon_ptx(module, backend, options, arch) -> dict:
 # Kernels compiled once are kept in a folder of their own: jax-triton compiles every
 # kernel afresh in each process as it lowers a step, whether or not JAX's persistent
 # compilation cache holds the step (one H100, B = 8192: CLIP's training step 6.3 s of
-# lowering, fused Matryoshka's 26 s on Triton 3.9 and 18 s on 3.6). Not Triton's own
-# cache folder: jax-triton 0.3.1 sets TRITON_CACHE_DIR to "" as it is imported (so
-# Triton keeps nothing) and 0.4.1 deletes it (so ~/.triton/cache). By default (unset,
-# "" or 1) they are kept in $XDG_CACHE_HOME/memeff_jax/kernels (else
+# lowering, fused Matryoshka's 26 s on Triton 3.9 and 18 s on 3.6). Not Triton's cache
+# folder, whose entries are ``triton.compile``'s (which jax-triton does not call). By
+# default (unset, "" or 1) they are kept in $XDG_CACHE_HOME/memeff_jax/kernels (else
 # ~/.cache/memeff_jax/kernels); MEMEFF_JAX_KERNEL_CACHE=PATH keeps them in PATH, =0 none
 # (false, off and no too).
 KERNEL_CACHE_ENV = "MEMEFF_JAX_KERNEL_CACHE"
@@ -212,7 +231,7 @@ def kernel_cache_key(text: str, backend, options, target) -> str | None:
   found = re.search(r"tt\.func (?:public )?@([\w$.]+)", text)
   if found is None or found.group(1) not in _OURS:
     return None
-  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  jt = jax_triton()
   try:
     from triton._C.libtriton import get_cache_invalidating_env_vars  # pylint: disable=g-import-not-at-top
     env = sorted(get_cache_invalidating_env_vars().items())
@@ -252,7 +271,7 @@ def _compile_hook() -> None:
   0.4) through ``gluon_ptx``, and memeff_jax's kernels through the kernel cache
   (``kernel_cache_dir``). Other kernels compile as before; with a jax-triton without
   this hook point, every kernel does."""
-  from jax_triton import triton_lib as tlib  # pylint: disable=g-import-not-at-top
+  tlib = jax_triton().triton_lib
   if not (hasattr(tlib, "compile_ttir_inplace") and hasattr(tlib, "CompilationResult")):
     return
   orig, result = tlib.compile_ttir_inplace, tlib.CompilationResult
@@ -296,7 +315,7 @@ def triton_call(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **
   hyperparameters travel as fp32 arrays; ``Tiles`` become host-side descriptors; kernels
   compile through ``_compile_hook`` (Gluon's route, the kernel cache).
   """
-  import jax_triton as jt  # pylint: disable=g-import-not-at-top
+  jt = jax_triton()
   _launch_compiled_warps()
   _compile_hook()
   assert not any(isinstance(a, float) for a in args), "pass floats as fp32 arrays"
@@ -383,7 +402,7 @@ class _CompiledWarps:
 def _launch_compiled_warps() -> None:
   """Route jax-triton's kernel construction through ``_CompiledWarps`` (in memory, once;
   jaxlib's own Pallas launches are left alone)."""
-  from jax_triton import triton_lib  # pylint: disable=g-import-not-at-top
+  triton_lib = jax_triton().triton_lib
   lib = getattr(triton_lib, "triton_kernel_call_lib", None)
   if lib is not None and not isinstance(lib, _CompiledWarps):
     triton_lib.triton_kernel_call_lib = _CompiledWarps(lib)

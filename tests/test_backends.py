@@ -373,10 +373,9 @@ _ON = {"MEMEFF_JAX_KERNEL_CACHE": "1"}
     (dict(_ON, TRITON_ALWAYS_COMPILE="1"), None),
     (dict(_ON, JAX_TRITON_DUMP_DIR="/dump"), None)])
 def test_kernel_cache_folder(monkeypatch, env, want):
-  # Where compiled kernels are kept (by default): a folder of memeff_jax's own
-  # (jax-triton sets TRITON_CACHE_DIR to "" or deletes it as it is imported); none where
-  # turned off, nor where Triton is told to compile always or jax-triton dumps its
-  # compiles.
+  # Where compiled kernels are kept (by default): a folder of memeff_jax's own, not
+  # Triton's; none where turned off, nor where Triton is told to compile always or
+  # jax-triton dumps its compiles.
   for name in ("MEMEFF_JAX_KERNEL_CACHE", "XDG_CACHE_HOME", "TRITON_ALWAYS_COMPILE",
                "JAX_TRITON_DUMP_DIR"):
     monkeypatch.delenv(name, raising=False)
@@ -385,6 +384,40 @@ def test_kernel_cache_folder(monkeypatch, env, want):
     monkeypatch.setenv(name, value)
   got = _compat.kernel_cache_dir()
   assert (None if got is None else str(got)) == want
+
+
+# What each jax-triton does to TRITON_CACHE_DIR as it is imported: 0.3.1 sets it to "";
+# 0.4.1 deletes it; 0.3.1 without a GPU jaxlib sets it, then raises.
+_IMPORT_ENV = {
+    "0.3.1": 'os.environ["TRITON_CACHE_DIR"] = ""',
+    "0.4.1": 'if "TRITON_CACHE_DIR" in os.environ:\n  del os.environ["TRITON_CACHE_DIR"]',
+    "0.3.1 without a GPU": 'os.environ["TRITON_CACHE_DIR"] = ""\nraise ImportError("no GPU")'}
+
+
+@pytest.mark.parametrize("users", ["/users/triton", None])
+@pytest.mark.parametrize("version", list(_IMPORT_ENV))
+def test_jax_triton_import_keeps_triton_cache_dir(monkeypatch, tmp_path, version, users):
+  # A stand-in jax_triton package doing what each version does as it is imported; after
+  # _compat imports it, TRITON_CACHE_DIR is what the user had (or still unset), so the
+  # process's other Triton compiles keep their cache.
+  package = tmp_path / "jax_triton"
+  package.mkdir()
+  (package / "__init__.py").write_text(f"import os\n{_IMPORT_ENV[version]}\nWHO = 'stand-in'\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+  if users is None:
+    monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+  else:
+    monkeypatch.setenv("TRITON_CACHE_DIR", users)
+  try:
+    if "without" in version:
+      with pytest.raises(ImportError, match="no GPU"):
+        _compat.jax_triton()
+    else:
+      assert _compat.jax_triton().WHO == "stand-in"
+    assert os.environ.get("TRITON_CACHE_DIR") == users
+  finally:
+    sys.modules.pop("jax_triton", None)
 
 
 @dataclasses.dataclass

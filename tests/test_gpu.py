@@ -3,6 +3,7 @@ reference, the launchers against dense jnp statistics, determinism, and the one-
 ring. fp32 runs with ``precision="ieee"`` dots (tf32 would cost ~3 digits)."""
 
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -228,6 +229,30 @@ def test_kernel_cache_gives_the_same_step(tmp_path):
     for name, value in runs[0].items():
       if name != "lower_s":
         np.testing.assert_array_equal(run[name], value, err_msg=name)
+
+
+_TRITON_CACHE_STEP = """
+import os, sys, jax, memeff_jax as mj
+x, y = jax.random.normal(jax.random.key(0), (2, 300, 64), jax.numpy.bfloat16)
+jax.block_until_ready(jax.jit(jax.grad(lambda a: mj.clip_loss(a, y, backend="triton")))(x))
+from triton.runtime.cache import get_cache_manager
+kept = get_cache_manager("ab" * 32).put(b"kept", "probe.bin", binary=True)
+print("jax_triton" in sys.modules, os.environ.get("TRITON_CACHE_DIR"), kept)
+"""
+
+
+def test_jax_triton_import_keeps_triton_cache_dir(tmp_path):
+  # jax-triton sets TRITON_CACHE_DIR to "" (0.3.1) or deletes it (0.4.1) as it is
+  # imported; memeff_jax imports it leaving the variable as it was. After a CLIP step on
+  # the triton backend, in a process of its own, the variable is the user's and
+  # Triton's own cache (torch.compile's, say) keeps its entries in that folder.
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  folder = tmp_path / "users_triton_cache"
+  env = dict(os.environ, TRITON_CACHE_DIR=str(folder))
+  out = subprocess.run([sys.executable, "-c", _TRITON_CACHE_STEP], env=env, cwd=root,
+                       check=True, capture_output=True, text=True).stdout.splitlines()[-1].split()
+  assert out[:2] == ["True", str(folder)]
+  assert pathlib.Path(out[2]).read_bytes() == b"kept" and folder in pathlib.Path(out[2]).parents
 
 
 @pytest.mark.parametrize("loss", ["clip", "lit", "qwen3", "lit_qwen3"])

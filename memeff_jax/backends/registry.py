@@ -68,7 +68,8 @@ def _gpu_triton_error() -> str | None:
   if jax.default_backend() != "gpu":
     return f"it needs a CUDA GPU; JAX's default backend is {jax.default_backend()!r}"
   try:
-    import jax_triton  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    from memeff_jax import _compat  # pylint: disable=g-import-not-at-top
+    _compat.jax_triton()
   except ImportError as e:
     return f"jax-triton does not import ({e}); from the checkout: pip install -e '.[gpu]'"
   if _triton_interpreting():
