@@ -63,16 +63,15 @@ def jax_triton():
   0.3.1 sets it to "" as it is imported (Triton's cache manager, which ``triton.compile``
   uses, then raises "Could not create or locate cache dir") and 0.4.1 deletes it (so
   Triton's cache moves to ~/.triton/cache). Neither reads it again: jax-triton compiles
-  through Triton's stages, not through its cache."""
-  if "jax_triton" in sys.modules:
-    return sys.modules["jax_triton"]
-  before = os.environ.get("TRITON_CACHE_DIR")
+  through Triton's stages, not through its cache. (Imported with ``import`` each time,
+  so a thread that finds another's import under way waits for it.)"""
+  first, before = "jax_triton" not in sys.modules, os.environ.get("TRITON_CACHE_DIR")
   try:
     import jax_triton as jt  # pylint: disable=g-import-not-at-top
   finally:
-    if before is None:
+    if first and before is None:
       os.environ.pop("TRITON_CACHE_DIR", None)
-    else:
+    elif first:
       os.environ["TRITON_CACHE_DIR"] = before
   return jt
 

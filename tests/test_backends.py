@@ -10,6 +10,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import threading
+import time
 import types
 import typing
 import warnings
@@ -418,6 +420,33 @@ def test_jax_triton_import_keeps_triton_cache_dir(monkeypatch, tmp_path, version
     assert os.environ.get("TRITON_CACHE_DIR") == users
   finally:
     sys.modules.pop("jax_triton", None)
+
+
+def test_jax_triton_import_from_two_threads(monkeypatch, tmp_path):
+  # Two threads asking for jax_triton at once: the one that finds the other's import
+  # under way waits for it (a module half imported has no triton_call yet), and
+  # TRITON_CACHE_DIR ends as the user had it.
+  package = tmp_path / "jax_triton"
+  package.mkdir()
+  (package / "__init__.py").write_text(
+      f"import os, time\n{_IMPORT_ENV['0.3.1']}\ntime.sleep(0.5)\nWHO = 'stand-in'\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+  monkeypatch.setenv("TRITON_CACHE_DIR", "/users/triton")
+  got = []
+  first = threading.Thread(target=lambda: got.append(_compat.jax_triton().WHO))
+  try:
+    first.start()
+    deadline = time.monotonic() + 30
+    while "jax_triton" not in sys.modules and time.monotonic() < deadline:
+      time.sleep(0.001)   # (until the first thread's import has begun)
+    got.append(_compat.jax_triton().WHO)
+    first.join()
+  finally:
+    first.join()
+    sys.modules.pop("jax_triton", None)
+  assert got == ["stand-in", "stand-in"]
+  assert os.environ["TRITON_CACHE_DIR"] == "/users/triton"
 
 
 @dataclasses.dataclass
