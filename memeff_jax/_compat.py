@@ -15,6 +15,7 @@ import os
 import pathlib
 import re
 import sys
+import warnings
 import zlib
 from typing import Any
 
@@ -73,7 +74,24 @@ def jax_triton():
       os.environ.pop("TRITON_CACHE_DIR", None)
     elif first:
       os.environ["TRITON_CACHE_DIR"] = before
+  if first:
+    check_tested_pair(getattr(jt, "__version__", None))
   return jt
+
+
+def check_tested_pair(jax_triton_version: str | None) -> None:
+  """Warn where jax-triton 0.3.x runs on Triton >= 3.7: the ``gpu`` extra allows both
+  versions of each (the resolver picks 0.4.1 + 3.9 on its own; pinning jax-triton
+  0.3.1 alone gets Triton 3.9), and the GPU tests ran 0.3.1 on 3.6 and 0.4.1 on 3.9."""
+  import triton  # pylint: disable=g-import-not-at-top
+  version = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:2])
+  if jax_triton_version and (version(jax_triton_version) < (0, 4)
+                             and version(triton.__version__) >= (3, 7)):
+    warnings.warn(
+        f"jax-triton {jax_triton_version} with Triton {triton.__version__} is a pair "
+        f"memeff_jax's GPU tests have not run (they ran jax-triton 0.3.1 on Triton 3.6.0 "
+        f"and 0.4.1 on 3.9.0): pip install 'triton==3.6.*', or jax-triton 0.4.1 "
+        f"(Python >= 3.12)", RuntimeWarning, stacklevel=3)
 
 
 # FMA contraction, on in every build the tests and benchmarks ran: jax-triton 0.3.x passes

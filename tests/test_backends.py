@@ -422,6 +422,34 @@ def test_jax_triton_import_keeps_triton_cache_dir(monkeypatch, tmp_path, version
     sys.modules.pop("jax_triton", None)
 
 
+@pytest.mark.parametrize("jt_version,triton_version,warns", [
+    ("0.3.1", "3.6.0", False), ("0.4.1", "3.9.0", False), ("0.3.1", "3.9.0", True),
+    ("0.3.2", "3.10.1+git0a1b2c", True), ("0.4.1", "3.10.0", False)])
+def test_untested_jax_triton_pair_warns(monkeypatch, tmp_path, jt_version, triton_version,
+                                        warns):
+  # The gpu extra allows jax-triton 0.3.1 and 0.4.1, Triton 3.6 and 3.9; pinning
+  # jax-triton 0.3.1 alone gets Triton 3.9, a pair no GPU test ran: jax_triton's first
+  # import warns, naming both versions. The tested pairs import silently.
+  import triton
+  package = tmp_path / "jax_triton"
+  package.mkdir()
+  (package / "__init__.py").write_text(f"__version__ = {jt_version!r}\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+  monkeypatch.setattr(triton, "__version__", triton_version)
+  try:
+    with warnings.catch_warnings(record=True) as seen:
+      warnings.simplefilter("always")
+      _compat.jax_triton()
+      _compat.jax_triton()   # (imported: no second warning)
+  finally:
+    sys.modules.pop("jax_triton", None)
+  messages = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
+  assert len(messages) == warns
+  if warns:
+    assert f"jax-triton {jt_version} with Triton {triton_version}" in messages[0]
+
+
 def test_jax_triton_import_from_two_threads(monkeypatch, tmp_path):
   # Two threads asking for jax_triton at once: the one that finds the other's import
   # under way waits for it (a module half imported has no triton_call yet), and
