@@ -79,14 +79,18 @@ def jax_triton():
   return jt
 
 
+def _version(text: str) -> tuple[int, ...]:
+  """A version string's major and minor numbers ("3.10.1+git0a1b" -> (3, 10))."""
+  return tuple(int(v) for v in re.findall(r"\d+", text)[:2])
+
+
 def check_tested_pair(jax_triton_version: str | None) -> None:
   """Warn where jax-triton 0.3.x runs on Triton >= 3.7: the ``gpu`` extra allows both
   versions of each (the resolver picks 0.4.1 + 3.9 on its own; pinning jax-triton
   0.3.1 alone gets Triton 3.9), and the GPU tests ran 0.3.1 on 3.6 and 0.4.1 on 3.9."""
   import triton  # pylint: disable=g-import-not-at-top
-  version = lambda v: tuple(int(x) for x in re.findall(r"\d+", v)[:2])
-  if jax_triton_version and (version(jax_triton_version) < (0, 4)
-                             and version(triton.__version__) >= (3, 7)):
+  if jax_triton_version and (_version(jax_triton_version) < (0, 4)
+                             and _version(triton.__version__) >= (3, 7)):
     warnings.warn(
         f"jax-triton {jax_triton_version} with Triton {triton.__version__} is a pair "
         f"memeff_jax's GPU tests have not run (they ran jax-triton 0.3.1 on Triton 3.6.0 "
@@ -168,8 +172,8 @@ def gluon_kernels(interpret: bool) -> bool:
     major = int(str(jax.devices()[0].compute_capability).split(".")[0])
   except (ImportError, AttributeError, RuntimeError, ValueError):
     return False
-  version = tuple(int(v) for v in re.findall(r"\d+", triton.__version__)[:2])
-  return (major == 9 and version >= (3, 9) and hasattr(triton_lib, "compile_ttir_inplace")
+  return (major == 9 and _version(triton.__version__) >= (3, 9)
+          and hasattr(triton_lib, "compile_ttir_inplace")
           and hasattr(triton_lib, "CompilationResult"))
 
 

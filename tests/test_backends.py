@@ -396,30 +396,33 @@ _IMPORT_ENV = {
     "0.3.1 without a GPU": 'os.environ["TRITON_CACHE_DIR"] = ""\nraise ImportError("no GPU")'}
 
 
+def _stand_in_jax_triton(monkeypatch, tmp_path, source: str) -> None:
+  """A ``jax_triton`` package whose ``__init__`` is ``source``, first on sys.path, and
+  not imported yet (monkeypatch puts sys.modules and sys.path back afterwards)."""
+  (tmp_path / "jax_triton").mkdir()
+  (tmp_path / "jax_triton" / "__init__.py").write_text(source)
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+
+
 @pytest.mark.parametrize("users", ["/users/triton", None])
 @pytest.mark.parametrize("version", list(_IMPORT_ENV))
 def test_jax_triton_import_keeps_triton_cache_dir(monkeypatch, tmp_path, version, users):
   # A stand-in jax_triton package doing what each version does as it is imported; after
   # _compat imports it, TRITON_CACHE_DIR is what the user had (or still unset), so the
   # process's other Triton compiles keep their cache.
-  package = tmp_path / "jax_triton"
-  package.mkdir()
-  (package / "__init__.py").write_text(f"import os\n{_IMPORT_ENV[version]}\nWHO = 'stand-in'\n")
-  monkeypatch.syspath_prepend(str(tmp_path))
-  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+  _stand_in_jax_triton(monkeypatch, tmp_path,
+                       f"import os\n{_IMPORT_ENV[version]}\nWHO = 'stand-in'\n")
   if users is None:
     monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
   else:
     monkeypatch.setenv("TRITON_CACHE_DIR", users)
-  try:
-    if "without" in version:
-      with pytest.raises(ImportError, match="no GPU"):
-        _compat.jax_triton()
-    else:
-      assert _compat.jax_triton().WHO == "stand-in"
-    assert os.environ.get("TRITON_CACHE_DIR") == users
-  finally:
-    sys.modules.pop("jax_triton", None)
+  if "without" in version:
+    with pytest.raises(ImportError, match="no GPU"):
+      _compat.jax_triton()
+  else:
+    assert _compat.jax_triton().WHO == "stand-in"
+  assert os.environ.get("TRITON_CACHE_DIR") == users
 
 
 @pytest.mark.parametrize("jt_version,triton_version,warns", [
@@ -431,19 +434,12 @@ def test_untested_jax_triton_pair_warns(monkeypatch, tmp_path, jt_version, trito
   # jax-triton 0.3.1 alone gets Triton 3.9, a pair no GPU test ran: jax_triton's first
   # import warns, naming both versions. The tested pairs import silently.
   import triton
-  package = tmp_path / "jax_triton"
-  package.mkdir()
-  (package / "__init__.py").write_text(f"__version__ = {jt_version!r}\n")
-  monkeypatch.syspath_prepend(str(tmp_path))
-  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
+  _stand_in_jax_triton(monkeypatch, tmp_path, f"__version__ = {jt_version!r}\n")
   monkeypatch.setattr(triton, "__version__", triton_version)
-  try:
-    with warnings.catch_warnings(record=True) as seen:
-      warnings.simplefilter("always")
-      _compat.jax_triton()
-      _compat.jax_triton()   # (imported: no second warning)
-  finally:
-    sys.modules.pop("jax_triton", None)
+  with warnings.catch_warnings(record=True) as seen:
+    warnings.simplefilter("always")
+    _compat.jax_triton()
+    _compat.jax_triton()   # (imported: no second warning)
   messages = [str(w.message) for w in seen if issubclass(w.category, RuntimeWarning)]
   assert len(messages) == warns
   if warns:
@@ -454,12 +450,9 @@ def test_jax_triton_import_from_two_threads(monkeypatch, tmp_path):
   # Two threads asking for jax_triton at once: the one that finds the other's import
   # under way waits for it (a module half imported has no triton_call yet), and
   # TRITON_CACHE_DIR ends as the user had it.
-  package = tmp_path / "jax_triton"
-  package.mkdir()
-  (package / "__init__.py").write_text(
+  _stand_in_jax_triton(
+      monkeypatch, tmp_path,
       f"import os, time\n{_IMPORT_ENV['0.3.1']}\ntime.sleep(0.5)\nWHO = 'stand-in'\n")
-  monkeypatch.syspath_prepend(str(tmp_path))
-  monkeypatch.delitem(sys.modules, "jax_triton", raising=False)
   monkeypatch.setenv("TRITON_CACHE_DIR", "/users/triton")
   got = []
   first = threading.Thread(target=lambda: got.append(_compat.jax_triton().WHO))
@@ -469,10 +462,8 @@ def test_jax_triton_import_from_two_threads(monkeypatch, tmp_path):
     while "jax_triton" not in sys.modules and time.monotonic() < deadline:
       time.sleep(0.001)   # (until the first thread's import has begun)
     got.append(_compat.jax_triton().WHO)
-    first.join()
   finally:
     first.join()
-    sys.modules.pop("jax_triton", None)
   assert got == ["stand-in", "stand-in"]
   assert os.environ["TRITON_CACHE_DIR"] == "/users/triton"
 
