@@ -207,8 +207,14 @@ def gluon_ptx(module, backend, options, arch) -> dict:
 # folder, whose entries are ``triton.compile``'s (which jax-triton does not call). By
 # default (unset, "" or 1) they are kept in $XDG_CACHE_HOME/memeff_jax/kernels (else
 # ~/.cache/memeff_jax/kernels); MEMEFF_JAX_KERNEL_CACHE=PATH keeps them in PATH, =0 none
-# (false, off and no too).
+# (false, off and no too). The folder is bounded: past MEMEFF_JAX_KERNEL_CACHE_MAX_MB
+# (default 1024) a store removes the entries used least recently (a load marks its entry
+# used) until the rest fill three quarters of it. Keys change with the kernels' source and
+# with Triton's build, so a folder that is never pruned grows with every upgrade and every
+# edit of a kernel (a run of the GPU tests leaves 500-630 entries, 98-131 MB on Triton 3.9).
 KERNEL_CACHE_ENV = "MEMEFF_JAX_KERNEL_CACHE"
+KERNEL_CACHE_MAX_ENV = "MEMEFF_JAX_KERNEL_CACHE_MAX_MB"
+KERNEL_CACHE_MAX_MB = 1024
 _KERNEL_FILE = "memeff_jax_kernel.json.z"
 
 
@@ -269,18 +275,41 @@ def kernel_cache_key(text: str, backend, options, target) -> str | None:
   return hashlib.sha256("\n".join(parts).encode()).hexdigest()
 
 
+def kernel_cache_limit() -> int:
+  """The kernel cache's bound in bytes: MEMEFF_JAX_KERNEL_CACHE_MAX_MB (MiB, a number > 0),
+  else ``KERNEL_CACHE_MAX_MB``; any other value warns and keeps the default."""
+  where = os.environ.get(KERNEL_CACHE_MAX_ENV, "")
+  try:
+    mib = float(where) if where else KERNEL_CACHE_MAX_MB
+    if not 0 < mib < float("inf"):
+      raise ValueError
+  except ValueError:
+    warnings.warn(f"{KERNEL_CACHE_MAX_ENV}={where!r} is not a size in MiB (a number > 0): "
+                  f"the kernel cache keeps its default bound, {KERNEL_CACHE_MAX_MB} MiB",
+                  RuntimeWarning, stacklevel=2)
+    mib = KERNEL_CACHE_MAX_MB
+  return int(mib * 2**20)
+
+
 def _cache_load(folder: pathlib.Path, key: str, result):
   """The CompilationResult kept under ``key``, or None (absent, unreadable, or from a
-  jax-triton whose result has other fields)."""
+  jax-triton whose result has other fields); a hit marks the entry used (its mtime)."""
+  path = folder / key / _KERNEL_FILE
   try:
-    return result(**json.loads(zlib.decompress((folder / key / _KERNEL_FILE).read_bytes())))
+    compiled = result(**json.loads(zlib.decompress(path.read_bytes())))
   except (OSError, ValueError, TypeError, zlib.error):
     return None
+  try:
+    os.utime(path)
+  except OSError:
+    pass   # (a read-only folder: still a hit)
+  return compiled
 
 
 def _cache_store(folder: pathlib.Path, key: str, compiled) -> None:
   """Keeps ``compiled`` under ``key``: written beside, then renamed into place (atomic,
-  so a process reading it meanwhile sees all of it or nothing)."""
+  so a process reading it meanwhile sees all of it or nothing); then the folder is
+  pruned to its bound (``_cache_prune``)."""
   try:
     entry = folder / key
     entry.mkdir(parents=True, exist_ok=True)
@@ -288,7 +317,63 @@ def _cache_store(folder: pathlib.Path, key: str, compiled) -> None:
     tmp.write_bytes(zlib.compress(json.dumps(dataclasses.asdict(compiled)).encode()))
     os.replace(tmp, entry / _KERNEL_FILE)
   except (OSError, TypeError):
-    pass   # (an unwritable folder: the next process compiles again)
+    return   # (an unwritable folder: the next process compiles again)
+  try:
+    _cache_prune(folder, kernel_cache_limit(), keep=key)
+  except OSError:
+    pass   # (the cache never stops a compile)
+
+
+def _cache_prune(folder: pathlib.Path, limit: int, keep: str) -> None:
+  """Past ``limit`` bytes, removes the entries used least recently (oldest mtime) until
+  the rest fill three quarters of it; never ``keep`` (the entry just stored). Another
+  process may remove an entry this one is about to read: it compiles that kernel again.
+  Only memeff_jax's entries count and go (a folder named by a key, holding the kept file
+  or its temporary ones): MEMEFF_JAX_KERNEL_CACHE may name a folder holding other things."""
+  entries, total = [], 0
+  for entry in _listdir(folder):
+    if not re.fullmatch(r"[0-9a-f]{64}", entry.name):
+      continue
+    files = [(f, st) for f in _listdir(entry)
+             if f.name.startswith(_KERNEL_FILE) and (st := _stat(f)) is not None]
+    size = sum(st.st_size for _, st in files)
+    total += size
+    if entry.name != keep and entry.is_dir():
+      # used: the kept file's mtime; a write under way or a crashed one's leftovers, its
+      # temporary file's; an empty folder, never
+      used = [st.st_mtime for f, st in files if f.name == _KERNEL_FILE] or [
+          st.st_mtime for _, st in files] or [0.0]
+      entries.append((max(used), size, entry))
+  if total <= limit:
+    return
+  for _, size, entry in sorted(entries, key=lambda e: e[0]):
+    if total <= limit - limit // 4:
+      break
+    for f in _listdir(entry):
+      try:
+        if f.name.startswith(_KERNEL_FILE):
+          f.unlink()
+      except OSError:
+        pass
+    try:
+      entry.rmdir()
+    except OSError:
+      pass   # (another process writing into it, or other files: it stays)
+    total -= size
+
+
+def _listdir(folder: pathlib.Path) -> list:
+  try:
+    return list(folder.iterdir())
+  except OSError:
+    return []
+
+
+def _stat(path: pathlib.Path):
+  try:
+    return path.stat() if path.is_file() else None
+  except OSError:
+    return None
 
 
 @functools.cache

@@ -4,6 +4,7 @@ deprecated flat KernelConfig spellings, and jax-triton launched with the warps a
 was compiled for."""
 
 import dataclasses
+import hashlib
 import inspect
 import json
 import os
@@ -476,6 +477,90 @@ class _Compiled:
   shared_mem_bytes: int
   ttgir: str
   llir: str
+
+
+def _key(name: str) -> str:
+  return hashlib.sha256(name.encode()).hexdigest()   # (a kernel's key: 64 hex digits)
+
+
+def _kept(folder, name, size, used):
+  """An entry of the kernel cache holding about ``size`` bytes, last used at ``used``."""
+  _compat._cache_store(folder, _key(name), _Compiled(os.urandom(size // 2).hex(), name, 0, "",
+                                                     ""))
+  os.utime(folder / _key(name) / _compat._KERNEL_FILE, (used, used))
+
+
+def _entries(folder) -> list:
+  names = {_key(n): n for n in ["new", "writing", "crashed", "empty", "old"] +
+           [f"k{i:02d}" for i in range(12)]}
+  return sorted(names.get(e.name, e.name) for e in folder.iterdir())
+
+
+@pytest.mark.parametrize("mib", ["", "0.5", "0.25", "0.01"])
+def test_kernel_cache_drops_the_least_recently_used_past_its_bound(monkeypatch, tmp_path, mib):
+  # Past MEMEFF_JAX_KERNEL_CACHE_MAX_MB (default 1024) a store removes the entries used
+  # least recently (oldest mtime; a load marks its entry used) until the rest fill three
+  # quarters of the bound; the entry just stored stays. Entries of about 50 KB.
+  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, mib)
+  limit = int(float(mib or _compat.KERNEL_CACHE_MAX_MB) * 2**20)
+  assert _compat.kernel_cache_limit() == limit
+  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, "1000")   # (no pruning while filling)
+  for i in range(12):
+    _kept(tmp_path, f"k{i:02d}", 100_000, used=1_000_000 + i)
+  size = lambda name: sum(f.stat().st_size for f in (tmp_path / _key(name)).iterdir())
+  sizes = {name: size(name) for name in _entries(tmp_path)}
+  assert _compat._cache_load(tmp_path, _key("k00"), _Compiled).name == "k00"   # used now
+  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, mib)
+  _kept(tmp_path, "new", 100_000, used=500_000)   # (stored last; its mtime the oldest)
+  sizes["new"] = size("new")
+  left = _entries(tmp_path)
+  if sum(sizes.values()) <= limit:
+    assert len(left) == 13
+    return
+  # the oldest go first (k01, k02, ...), until what is left fits 3/4 of the bound
+  want = set(sizes)
+  for name in [f"k{i:02d}" for i in range(1, 12)] + ["k00"]:
+    if sum(sizes[k] for k in want) <= limit - limit // 4:
+      break
+    want.discard(name)
+  assert left == sorted(want)
+  assert "new" in left and ("k00" in left) == (len(left) > 1)
+  assert sum(sizes[k] for k in left) <= max(limit - limit // 4, sizes["new"])
+
+
+@pytest.mark.parametrize("mib", ["0", "-5", "ten", "inf", "nan"])
+def test_kernel_cache_bound_not_a_size_warns(monkeypatch, mib):
+  # A MEMEFF_JAX_KERNEL_CACHE_MAX_MB that is no size in MiB > 0 warns, naming the
+  # variable, and the default bound holds (the cache never stops a compile).
+  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, mib)
+  with pytest.warns(RuntimeWarning, match="MEMEFF_JAX_KERNEL_CACHE_MAX_MB"):
+    assert _compat.kernel_cache_limit() == _compat.KERNEL_CACHE_MAX_MB * 2**20
+
+
+def test_kernel_cache_prune_spares_a_write_under_way_and_other_files(tmp_path):
+  # An entry holding only a fresh temporary file (another process writing it) counts
+  # as used now; an empty entry and a crashed write's old leftovers go first. What is
+  # not memeff_jax's (MEMEFF_JAX_KERNEL_CACHE may name any folder) neither counts nor goes.
+  _kept(tmp_path, "old", 100_000, used=1_000_000)
+  tmp = f"{_compat._KERNEL_FILE}.123.tmp"
+  (tmp_path / _key("writing")).mkdir()
+  (tmp_path / _key("writing") / tmp).write_bytes(b"x" * 100_000)
+  (tmp_path / _key("crashed")).mkdir()
+  (tmp_path / _key("crashed") / tmp).write_bytes(b"x" * 100_000)
+  os.utime(tmp_path / _key("crashed") / tmp, (1_000_000, 999_000))
+  (tmp_path / _key("empty")).mkdir()
+  for other in ("theirs", _key("theirs")):   # a user's folders, old and large
+    (tmp_path / other).mkdir()
+    (tmp_path / other / "data.bin").write_bytes(b"x" * 1_000_000)
+    os.utime(tmp_path / other / "data.bin", (1, 1))
+  _kept(tmp_path, "new", 100_000, used=2_000_000)
+  size = lambda name: sum(f.stat().st_size for f in (tmp_path / _key(name)).iterdir())
+  # a bound whose three quarters hold "writing" and "new" and half of "old"
+  goal = size("writing") + size("new") + size("old") // 2
+  _compat._cache_prune(tmp_path, goal * 4 // 3, keep=_key("new"))
+  assert _entries(tmp_path) == sorted(["new", "writing", "theirs", _key("theirs")])
+  assert all((tmp_path / d / "data.bin").stat().st_size == 1_000_000
+             for d in ("theirs", _key("theirs")))
 
 
 class _Ttir:

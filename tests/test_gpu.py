@@ -208,23 +208,31 @@ def test_config_over_the_gpus_shared_memory_is_a_value_error():
 
 def test_kernel_cache_gives_the_same_step(tmp_path):
   # The kept kernels (MEMEFF_JAX_KERNEL_CACHE, on by default) against kernels compiled
-  # afresh: three processes of their own run the same steps
-  # (tests/support/cache_step.py: CLIP on the Gluon / TMA kernels where jax-triton 0.4
-  # has them, fused Matryoshka CLIP), without the cache, then filling it, then from it.
-  # All three give the same losses and gradients bit for bit, and the third compiles
-  # nothing (a kernel compiled is written to the cache, so its entries would change).
+  # afresh: processes of their own run the same steps (tests/support/cache_step.py: CLIP
+  # on the Gluon / TMA kernels where jax-triton 0.4 has them, fused Matryoshka CLIP),
+  # without the cache, then filling it, then from it, then in a fresh folder bounded
+  # below one entry (MEMEFF_JAX_KERNEL_CACHE_MAX_MB: each store drops the others). All
+  # give the same losses and gradients bit for bit; the third compiles nothing (a kernel
+  # compiled is written anew, a new file) and marks every entry it loads used (a later
+  # mtime); the bounded folder ends with the last entry stored alone.
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  kept = tmp_path / "kernels"
-  entries = lambda: {f: f.stat().st_mtime_ns for f in kept.rglob(_compat._KERNEL_FILE)}
+  kept, bounded = tmp_path / "kernels", tmp_path / "bounded"
+  entries = lambda d: {f: (f.stat().st_ino, f.stat().st_mtime_ns)
+                       for f in d.rglob(_compat._KERNEL_FILE)} if d.exists() else {}
   runs, seen = [], []
-  for i, cache in enumerate(("0", str(kept), str(kept))):
-    env = dict(os.environ, MEMEFF_JAX_KERNEL_CACHE=cache)
+  for i, (cache, bound) in enumerate((("0", "1024"), (str(kept), "1024"), (str(kept), "1024"),
+                                      (str(bounded), "0.0001"))):
+    env = dict(os.environ, MEMEFF_JAX_KERNEL_CACHE=cache, MEMEFF_JAX_KERNEL_CACHE_MAX_MB=bound)
     subprocess.run([sys.executable, "-m", "tests.support.cache_step", str(tmp_path / f"{i}.npz")],
                    env=env, cwd=root, check=True)
     runs.append(dict(np.load(tmp_path / f"{i}.npz")))
-    seen.append(entries() if kept.exists() else {})
-  print("lowering seconds (no cache, filling, from it):", [float(r["lower_s"]) for r in runs])
-  assert not seen[0] and seen[1] and seen[2] == seen[1]
+    seen.append(entries(kept))
+  print("lowering seconds (no cache, filling, from it, bounded):",
+        [float(r["lower_s"]) for r in runs])
+  assert not seen[0] and seen[1] and seen[2].keys() == seen[1].keys()
+  for f, (ino, used) in seen[2].items():
+    assert ino == seen[1][f][0] and used > seen[1][f][1], f
+  assert len(entries(bounded)) == 1 and len(list(bounded.iterdir())) == 1
   for run in runs[1:]:
     for name, value in runs[0].items():
       if name != "lower_s":
