@@ -332,13 +332,13 @@ def _cache_prune(folder: pathlib.Path, limit: int, keep: str) -> None:
   or its temporary ones): MEMEFF_JAX_KERNEL_CACHE may name a folder holding other things."""
   entries, total = [], 0
   for entry in _listdir(folder):
-    if not re.fullmatch(r"[0-9a-f]{64}", entry.name):
+    if not (re.fullmatch(r"[0-9a-f]{64}", entry.name) and entry.is_dir()):
       continue
     files = [(f, st) for f in _listdir(entry)
              if f.name.startswith(_KERNEL_FILE) and (st := _stat(f)) is not None]
     size = sum(st.st_size for _, st in files)
     total += size
-    if entry.name != keep and entry.is_dir():
+    if entry.name != keep:
       # used: the kept file's mtime; a write under way or a crashed one's leftovers, its
       # temporary file's; an empty folder, never
       used = [st.st_mtime for f, st in files if f.name == _KERNEL_FILE] or [

@@ -491,6 +491,10 @@ def _kept(folder, name, size, used):
   os.utime(folder / _key(name) / _compat._KERNEL_FILE, (used, used))
 
 
+def _size(folder, name) -> int:
+  return sum(f.stat().st_size for f in (folder / _key(name)).iterdir())
+
+
 def _entries(folder) -> list:
   names = {_key(n): n for n in ["new", "writing", "crashed", "empty", "old"] +
            [f"k{i:02d}" for i in range(12)]}
@@ -508,12 +512,11 @@ def test_kernel_cache_drops_the_least_recently_used_past_its_bound(monkeypatch, 
   monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, "1000")   # (no pruning while filling)
   for i in range(12):
     _kept(tmp_path, f"k{i:02d}", 100_000, used=1_000_000 + i)
-  size = lambda name: sum(f.stat().st_size for f in (tmp_path / _key(name)).iterdir())
-  sizes = {name: size(name) for name in _entries(tmp_path)}
+  sizes = {name: _size(tmp_path, name) for name in _entries(tmp_path)}
   assert _compat._cache_load(tmp_path, _key("k00"), _Compiled).name == "k00"   # used now
   monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, mib)
   _kept(tmp_path, "new", 100_000, used=500_000)   # (stored last; its mtime the oldest)
-  sizes["new"] = size("new")
+  sizes["new"] = _size(tmp_path, "new")
   left = _entries(tmp_path)
   if sum(sizes.values()) <= limit:
     assert len(left) == 13
@@ -555,9 +558,8 @@ def test_kernel_cache_prune_spares_a_write_under_way_and_other_files(tmp_path):
     (tmp_path / other / "data.bin").write_bytes(b"x" * 1_000_000)
     os.utime(tmp_path / other / "data.bin", (1, 1))
   _kept(tmp_path, "new", 100_000, used=2_000_000)
-  size = lambda name: sum(f.stat().st_size for f in (tmp_path / _key(name)).iterdir())
   # a bound whose three quarters hold "writing" and "new" and half of "old"
-  goal = size("writing") + size("new") + size("old") // 2
+  goal = _size(tmp_path, "writing") + _size(tmp_path, "new") + _size(tmp_path, "old") // 2
   _compat._cache_prune(tmp_path, goal * 4 // 3, keep=_key("new"))
   assert _entries(tmp_path) == sorted(["new", "writing", "theirs", _key("theirs")])
   assert all((tmp_path / d / "data.bin").stat().st_size == 1_000_000
