@@ -75,7 +75,7 @@ def jax_triton():
     elif first:
       os.environ["TRITON_CACHE_DIR"] = before
   if first:
-    check_tested_pair(getattr(jt, "__version__", None))
+    warn_slow_pair(getattr(jt, "__version__", None))
   return jt
 
 
@@ -84,7 +84,7 @@ def _version(text: str) -> tuple[int, ...]:
   return tuple(int(v) for v in re.findall(r"\d+", text)[:2])
 
 
-def check_tested_pair(jax_triton_version: str | None) -> None:
+def warn_slow_pair(jax_triton_version: str | None) -> None:
   """Warn where jax-triton 0.3.x runs on Triton >= 3.7: the ``gpu`` extra allows both
   versions of each (the resolver picks 0.4.1 + 3.9 on its own; pinning jax-triton
   0.3.1 alone gets Triton 3.9). Every GPU test has run on 0.3.1 + 3.9 too (one H100,
