@@ -448,6 +448,28 @@ def test_slow_jax_triton_pair_warns(monkeypatch, tmp_path, jt_version, triton_ve
     assert "triton==3.6" in messages[0] and "slower" in messages[0]
 
 
+def test_gpu_extra_allows_the_tested_pairs_alone():
+  # The gpu extra allows only what the GPU tests ran on: the jax-triton + Triton pairs it
+  # admits among the released versions (jax-triton 0.4 itself needs Triton >= 3.7) are
+  # the GPU rows of the README's "Tested" table, neither more nor fewer.
+  import tomllib
+  from packaging.requirements import Requirement
+  root = pathlib.Path(__file__).resolve().parents[1]
+  extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+      "optional-dependencies"]["gpu"]
+  spec = {r.name: r.specifier for r in map(Requirement, extra)}
+  allowed = {(j, t) for j in ("0.3.1", "0.4.0", "0.4.1")
+             for t in ("3.6.0", "3.7.0", "3.8.0", "3.9.0")
+             if spec["jax-triton"].contains(j) and spec["triton"].contains(t)
+             and (j < "0.4" or t >= "3.7")}
+  rows = [[c.strip() for c in line.split("|")[1:-1]]
+          for line in (root / "README.md").read_text().splitlines()
+          if line.startswith("| GPU")]
+  tested = {(r[3], r[4]) for r in rows}
+  assert len(rows) == len(tested)   # (one row a pair)
+  assert allowed == tested
+
+
 def test_jax_triton_import_from_two_threads(monkeypatch, tmp_path):
   # Two threads asking for jax_triton at once: the one that finds the other's import
   # under way waits for it (a module half imported has no triton_call yet), and
