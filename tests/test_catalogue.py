@@ -85,10 +85,10 @@ POISON = {
 _EXTRA = {"matryoshka_temperature<0": dict(matryoshka_dims=(4, D))}
 
 
-def _value_and_grads(fn, arrays, traced, backend, **static):
+def _value_and_grads(fn, arrays, traced, backend, dtype=jnp.float32, **static):
   n, names = len(arrays), list(traced)
   f = lambda *a: fn(*a[:n], backend=backend, **dict(zip(names, a[n:])), **static)
-  values = [jnp.asarray(v, jnp.float32) for v in traced.values()]
+  values = [jnp.asarray(v, dtype) for v in traced.values()]
   return jax.value_and_grad(f, argnums=tuple(range(n + len(values))))(*arrays, *values)
 
 
@@ -116,7 +116,9 @@ def test_nan_loss_and_nan_gradients(backend, case):
 def test_in_range_traced_values_stay_finite(backend, fn, n, traced):
   arrays = _data()[:n]
   loss, grads = _value_and_grads(fn, arrays, traced, backend)
-  ref, ref_grads = _value_and_grads(fn, arrays, traced, "reference")
+  with jax.enable_x64(True):   # the float64 reference (so not backend="reference" itself)
+    wide = [jnp.asarray(a, jnp.float64) for a in arrays]
+    ref, ref_grads = _value_and_grads(fn, wide, traced, "reference", dtype=jnp.float64)
   np.testing.assert_allclose(loss, ref, rtol=2e-5)
   for g, r in zip(grads, ref_grads):
     assert np.all(np.isfinite(g))

@@ -28,7 +28,8 @@ _data = functools.partial(towers, B, D, noise=1.5, k=K, tau_max=0.3)
 
 
 # name -> (function, number of arrays, constructor options = the function's options).
-# The options are not defaults, so a dropped or renamed one shows.
+# The options are not defaults, so a dropped or renamed one shows (in the value, or for
+# ``stable=``, which scales the gradients alone, in the gradients).
 PLAIN = {
     "MemoryEfficientCLIPLoss": (
         mj.clip_loss, 2, dict(temperature=0.05, tau_plus=0.1, label_smoothing=0.1)),
@@ -38,7 +39,7 @@ PLAIN = {
         mj.qwen3_loss, 3, dict(temperature=0.05, margin=0.2, use_qq_negatives=True,
                                use_dd_negatives=True, tau_plus=0.05)),
     "MemoryEfficientLiTQwen3Loss": (
-        mj.lit_qwen3_loss, 3, dict(temperature=0.07, margin=0.05, use_qq_negatives=True,
+        mj.lit_qwen3_loss, 3, dict(temperature=0.08, margin=0.05, use_qq_negatives=True,
                                    label_smoothing=0.1, stable=False)),
 }
 MRL = {name.replace("MemoryEfficient", "MemoryEfficientMatryoshka"): value
@@ -93,14 +94,18 @@ def test_equals_function(name):
   loss = getattr(C, name)(**_class_kwargs(name, opts))
   fkw = _fn_kwargs(name, opts)
 
+  vg = lambda f: jax.value_and_grad(f, argnums=tuple(range(n)))
+
   @jax.jit
   def both(*a):
     # Constructor options; then a per-call per-row tau_plus overriding the constructor's.
-    return (loss(*a), fn(*a, **fkw),
+    return (vg(loss)(*a), vg(lambda *b: fn(*b, **fkw))(*a),
             loss(*a, tau_plus=tau), fn(*a, **dict(fkw, tau_plus=tau)))
 
-  got, want, got_tau, want_tau = both(*arrays)
+  (got, got_g), (want, want_g), got_tau, want_tau = both(*arrays)
   np.testing.assert_allclose(got, want, rtol=1e-6)
+  for g, w in zip(got_g, want_g):
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-7)
   np.testing.assert_allclose(got_tau, want_tau, rtol=1e-6)
   assert got_tau != got   # the override took effect
 
