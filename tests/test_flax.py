@@ -111,11 +111,12 @@ def test_nnx_equals_function(family):
   @nnx.jit
   def run(loss, arrays, tau):
     t = loss.current_temperature()
-    want = lambda a: fn(*a, temperature=t, **opts, backend="blockwise")[0]
-    return (t, loss(*arrays), loss.with_stats(*arrays), loss(*arrays, tau_plus=tau),
-            fn(*arrays, temperature=t, **opts, backend="blockwise"),
+    value, grads = jax.value_and_grad(lambda a: loss(*a))(arrays)
+    want, want_grads = jax.value_and_grad(
+        lambda a: fn(*a, temperature=t, **opts, backend="blockwise"), has_aux=True)(arrays)
+    return (t, value, loss.with_stats(*arrays), loss(*arrays, tau_plus=tau), want,
             fn(*arrays, temperature=t, **dict(opts, tau_plus=tau), backend="blockwise"),
-            jax.grad(lambda a: loss(*a))(arrays), jax.grad(want)(arrays))
+            grads, want_grads)
 
   t, value, (value_s, stats), value_tau, want, want_tau, grads, want_grads = run(
       loss, arrays, tau)
@@ -217,13 +218,13 @@ def test_linen_equals_function(family):
   @jax.jit
   def run(variables, arrays, tau):
     t = loss.apply(variables, method="current_temperature")
-    want = lambda a: fn(*a, temperature=t, **opts, backend="blockwise")[0]
-    return (t, loss.apply(variables, *arrays),
-            loss.apply(variables, *arrays, method="with_stats"),
-            loss.apply(variables, *arrays, tau_plus=tau),
-            fn(*arrays, temperature=t, **opts, backend="blockwise"),
+    value, grads = jax.value_and_grad(lambda a: loss.apply(variables, *a))(arrays)
+    want, want_grads = jax.value_and_grad(
+        lambda a: fn(*a, temperature=t, **opts, backend="blockwise"), has_aux=True)(arrays)
+    return (t, value, loss.apply(variables, *arrays, method="with_stats"),
+            loss.apply(variables, *arrays, tau_plus=tau), want,
             fn(*arrays, temperature=t, **dict(opts, tau_plus=tau), backend="blockwise"),
-            jax.grad(lambda a: loss.apply(variables, *a))(arrays), jax.grad(want)(arrays))
+            grads, want_grads)
 
   t, value, (value_s, stats), value_tau, want, want_tau, grads, want_grads = run(
       variables, arrays, tau)
