@@ -73,38 +73,84 @@ def with_exact_ties(b, d, dtype, dims=(8, 24)):
   return out
 
 
-def margin_offsets(q, doc, h, dims) -> np.ndarray:
+def margin_offsets(q, doc, h, dims, *, dq=False, shared_hard=False) -> np.ndarray:
   """Every negative's similarity minus its row's positive's, at every prefix dim, in
   float64 on the (rounded) inputs: the candidates of the q-d, q-q, d-d and hard-negative
-  groups, the pairs i == j left out. The margin mask keeps ``offset <= margin``."""
+  groups (``h`` may be None), the pairs i == j left out; ``dq``: the d-q group too
+  (d_i . q_j), ``shared_hard``: every row's hard negatives offered to every query and
+  to every other row's document (as with the d-d group). The margin mask keeps
+  ``offset <= margin``."""
   off = ~np.eye(len(q), dtype=bool)
   out = []
   for m in dims:
     unit = lambda v: v[..., :m] / np.linalg.norm(v[..., :m], axis=-1, keepdims=True)
-    qu, du, hu = (unit(np.asarray(jnp.asarray(v, jnp.float32), np.float64))
-                  for v in (q, doc, h))
+    qu, du = (unit(np.asarray(jnp.asarray(v, jnp.float32), np.float64)) for v in (q, doc))
     p = np.sum(qu * du, -1)[:, None]
-    out += [(qu @ du.T - p)[off], (qu @ qu.T - p)[off], (du @ du.T - p)[off],
-            (np.einsum("id,ikd->ik", qu, hu) - p).ravel()]
+    out += [(qu @ du.T - p)[off], (qu @ qu.T - p)[off], (du @ du.T - p)[off]]
+    if dq:
+      out.append((du @ qu.T - p)[off])
+    if h is not None and shared_hard:   # q_i and d_i against every run (d_i: not its own)
+      hu = unit(np.asarray(jnp.asarray(h, jnp.float32), np.float64)).reshape(-1, m)
+      own = np.repeat(np.eye(len(q), dtype=bool), h.shape[1], axis=1)
+      out += [(qu @ hu.T - p).ravel(), (du @ hu.T - p)[~own]]
+    elif h is not None:
+      hu = unit(np.asarray(jnp.asarray(h, jnp.float32), np.float64))
+      out.append((np.einsum("id,ikd->ik", qu, hu) - p).ravel())
   return np.concatenate(out)
 
 
-def decisive_margin(q, doc, h, dims, margin=0.05, hi=0.6):
+def decisive_margin(q, doc, h, dims, margin=0.05, hi=0.6, **groups):
   """``margin`` if every candidate is at least a rounding gap from its threshold at
   every prefix, else the middle of the widest gap between candidates' offsets in
   [0, hi] (asserted >= 2 gaps wide, with candidates above it: the mask still drops
   some). The gap: 2e-3 for 16-bit inputs (a similarity of 16-bit unit vectors is off by
   ~1e-3), 1e-5 for fp32. A candidate nearer than that may cross the margin in one path
   and not in another, a discontinuity no tolerance covers; small prefixes (8 of 72
-  features, B = 300) have candidates within 1e-5 of 0.05."""
+  features, B = 300) have candidates within 1e-5 of 0.05. ``groups``: margin_offsets'
+  ``dq`` and ``shared_hard``."""
   gap = 1e-5 if jnp.dtype(q.dtype).itemsize >= 4 else 2e-3
-  v = margin_offsets(q, doc, h, dims)
+  v = margin_offsets(q, doc, h, dims, **groups)
   if np.min(np.abs(v - margin)) >= gap:
     return margin
   w = np.sort(v[(v >= 0) & (v <= hi)])
   i = int(np.argmax(np.diff(w)))
   assert w[i + 1] - w[i] >= 2 * gap and np.any(v > w[i + 1]), (w[i], w[i + 1])
   return float(w[i] + w[i + 1]) / 2
+
+
+def debias_ratios(x, y, temperature, two_sided, where=None, dims=None) -> np.ndarray:
+  """Each softmax's N e^(s_pos / t) / sum_neg e^(s / t) (rows; with ``two_sided`` the
+  columns' after them), at every prefix dim of ``dims`` (None: the whole features), in
+  float64 on the (rounded) inputs' unit rows, ``where``'s rows alone: debiasing with
+  ``tau_plus`` clamps a softmax whose ``tau_plus * ratio >= 1`` (docs/math.md §7.1),
+  and its gradient grows as 1 / (1 - tau_plus * ratio) below."""
+  x, y = (np.asarray(jnp.asarray(v, jnp.float32), np.float64) for v in (x, y))
+  if where is not None:
+    x, y = x[np.asarray(where)], y[np.asarray(where)]
+  out = []
+  for m in dims or (x.shape[-1],):
+    s = unit(x[:, :m]) @ unit(y[:, :m]).T / temperature
+    for a in ([s, s.T] if two_sided else [s]):
+      e = np.exp(a - np.max(a, axis=1, keepdims=True))
+      pos = np.diag(e)
+      out.append((len(a) - 1) * pos / (e.sum(1) - pos))
+  return np.concatenate(out)
+
+
+def decisive_tau_plus(x, y, temperature, tau_plus, two_sided, where=None, dims=None, gap=0.3):
+  """``tau_plus`` if every softmax's ``tau_plus * ratio`` (debias_ratios) is at least
+  ``gap`` from 1 in log units, else the largest of ``tau_plus * 2^(-k / 4)``, k = 1..32,
+  that is (asserted). Within that, 16-bit rounding of the similarities moves a
+  softmax across the clamp or multiplies its error by 1 / (1 - tau_plus * ratio): the
+  plain bf16 version is off by 0.19 of the largest gradient entry at B = 2085, d = 72,
+  tau_plus = 0.1 (a softmax 1.8% from the clamp), and by 0.44 at B = 700, d = 512,
+  t = 0.005, tau_plus = 0.05 (3%)."""
+  log_r = np.log(debias_ratios(x, y, temperature, two_sided, where, dims))
+  for k in range(33):
+    tau = tau_plus * 2.0 ** (-k / 4)
+    if np.min(np.abs(np.log(tau) + log_r)) >= gap:
+      return float(tau)
+  raise AssertionError(f"no tau_plus <= {tau_plus} keeps every softmax {gap} from the clamp")
 
 
 def ring_batch(b, d, k):

@@ -8,6 +8,7 @@ import numpy as np
 
 from memeff_jax.backends.triton import backend as launch
 from tests.support.check import compare
+from tests.support.data import decisive_tau_plus
 
 
 def check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, *, backend, cfg, t,
@@ -39,9 +40,12 @@ def check_rows_in_forward(monkeypatch, fam, arrays, w, ref_fn, names, *, backend
   jax.effects_barrier()
   assert any(n.startswith("memeff/lse_fwd_rows") for n in names), names
   assert bool(runs) == rerun, runs
+  # (LiT's softmaxes clear of the debiased clamp: at t = 0.005, d = 512 tau_plus 0.05
+  # leaves one within 3%, and the plain bf16 formula off by 0.44 of the largest entry)
+  tau = 0.05 if fam.n_arrays == 3 else decisive_tau_plus(*arrays, t, 0.05, False, where=w)
   compare(lambda *a, **k: fam.with_stats(*a, where=w, backend=backend, config=cfg,
                                          **fam.options, **k)[0],
-          ref_fn, arrays, dtype=dtype, temperature=t, label_smoothing=0.1, tau_plus=0.05)
+          ref_fn, arrays, dtype=dtype, temperature=t, label_smoothing=0.1, tau_plus=tau)
   # (the stats of a differentiated call: its forward is the fused one)
   run = lambda c: jax.value_and_grad(
       lambda x: fam.with_stats(x, *arrays[1:], where=w, backend=backend, config=c,

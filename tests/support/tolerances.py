@@ -7,7 +7,11 @@ inputs' rounding, amplified by 1/t, dominates and varies from case to case.
 
 Gradient errors are max|g - g_ref| / max|g_ref| (relative to the largest entry: a
 softmax gradient has many tiny entries whose own relative error means nothing);
-value errors are plain relative errors.
+value errors are plain relative errors. A 16-bit gradient bound is capped (LOW's
+third entry): where the plain 16-bit version is off by more, twice its error would let
+a gradient with the wrong sign in its largest entries pass, so such a case's inputs
+must change (a threshold or the debiased clamp within rounding of a candidate: see
+tests/support/data.py's ``decisive_margin`` and ``decisive_tau_plus``).
 """
 
 import jax.numpy as jnp
@@ -17,9 +21,13 @@ FP32 = (2e-5, 2e-4)   # (value, gradient): summation order over <= 1000 terms, H
 LOW = {
     # (value atol, gradient atol) on top of 2x the plain 16-bit version's error: the
     # kernels also cast their coefficient tile to the input dtype for the gradient dot
-    # (as memeff's FA path does), and gradients come back in the input dtype.
-    jnp.dtype(jnp.float16): (1e-3, 1e-2),
-    jnp.dtype(jnp.bfloat16): (4e-3, 3e-2),
+    # (as memeff's FA path does), and gradients come back in the input dtype. Then the
+    # gradient bound's cap, relative to the largest entry (where that entry is above
+    # the floor; below it the error is rounding noise over the floor): about 3x the
+    # largest kernel error of the CPU and GPU suites on decisive inputs (bf16: 0.031 on
+    # the CPU backends; fp16 0.005).
+    jnp.dtype(jnp.float16): (1e-3, 1e-2, 0.05),
+    jnp.dtype(jnp.bfloat16): (4e-3, 3e-2, 0.1),
 }
 
 
