@@ -10,7 +10,8 @@ from memeff_jax import clip_loss, clip_loss_with_stats, lit_loss, qwen3_loss, re
 from memeff_jax.backends.triton import backend as launch
 from memeff_jax.backends.triton.backward import SHARED_SPAN
 from tests.support.check import kernel_path_config, sampled
-from tests.support.data import BOUNDED_CASES, graded_rows
+from tests.support.data import (BOUNDED_CASES, debias_ratios, decisive_tau_plus, features,
+                                graded_rows)
 from tests.support.elementwise import sigmoid_softplus_errors
 from tests.support.families import BACKENDS, FAMILIES
 from tests.support.oracle import block_lse64
@@ -360,3 +361,25 @@ def test_tiny_temperature_without_z_loss(backend):
   want = (ce(s) + ce(s.T)) / 2
   assert rel_err(loss, want) <= FP32[0], (float(loss), want)
   assert float(stats.z_loss) == 0.0
+
+
+def test_debiased_16bit_cases_clear_of_the_clamp():
+  # compare's 16-bit bound is twice the plain bf16 formula's gradient error plus an
+  # atol, at most LOW's cap (tests.support.check). A softmax near the debiased clamp
+  # (tau_plus N e^(s_pos/t) ~ sum_neg) multiplies the formula's rounding error by
+  # 1 / (1 - tau_plus ratio): test_gpu.py's CLIP case at B = 2085, d = 72 has one 1.8%
+  # from it at tau_plus = 0.1, which puts that bound past the cap; decisive_tau_plus's
+  # tau_plus keeps every softmax 0.3 (log units) clear, and the bound under the cap.
+  x, y = features(2085 + 72, [(2085, 72), (2085, 72)], jnp.bfloat16)
+  _, atol, cap = LOW[jnp.dtype(jnp.bfloat16)]
+
+  def bound(tau):
+    loss = lambda x, y, t: reference.clip_loss(x, y, temperature=t, tau_plus=tau)
+    low = jax.jit(jax.grad(loss, argnums=(0, 1)))(x, y, jnp.float32(0.07))
+    _, want = _f64(loss, [x.astype(jnp.float32), y.astype(jnp.float32)], (0, 1), t=0.07)
+    return max(2 * grad_err(a, r) + atol for a, r in zip(low, want))
+
+  tau = decisive_tau_plus(x, y, 0.07, 0.1, True)
+  ratios = tau * debias_ratios(x, y, 0.07, True)
+  assert tau < 0.1 and np.min(np.abs(np.log(ratios))) >= 0.3, tau
+  assert bound(tau) < cap < bound(0.1), (bound(tau), bound(0.1))
