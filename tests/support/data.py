@@ -142,9 +142,9 @@ def decisive_tau_plus(x, y, temperature, tau_plus, two_sided, where=None, dims=N
   ``gap`` from 1 in log units, else the largest of ``tau_plus * 2^(-k / 4)``, k = 1..32,
   that is (asserted). Within that, 16-bit rounding of the similarities moves a
   softmax across the clamp or multiplies its error by 1 / (1 - tau_plus * ratio): the
-  plain bf16 version is off by 0.19 of the largest gradient entry at B = 2085, d = 72,
-  tau_plus = 0.1 (a softmax 1.8% from the clamp), and by 0.44 at B = 700, d = 512,
-  t = 0.005, tau_plus = 0.05 (3%)."""
+  plain bf16 version is off by 0.17-0.20 of the largest gradient entry at B = 2085,
+  d = 72, tau_plus = 0.1 (a softmax 1.8% from the clamp), and by 0.43 at B = 700,
+  d = 512, t = 0.005, tau_plus = 0.05 (3%)."""
   log_r = np.log(debias_ratios(x, y, temperature, two_sided, where, dims))
   for k in range(33):
     tau = tau_plus * 2.0 ** (-k / 4)

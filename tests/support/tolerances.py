@@ -24,7 +24,9 @@ LOW = {
     # (as memeff's FA path does), and gradients come back in the input dtype. Then the
     # gradient bound's cap, relative to the largest entry (where that entry is above
     # the floor; below it the error is rounding noise over the floor). The largest
-    # errors of the CPU suite (default and slow, 2026-12-06): bf16 0.040, fp16 0.0093.
+    # errors seen (2026-12-06): the CPU suite (default and slow) bf16 0.040, fp16
+    # 0.0093; the GPU cases the cap touches, on every tested pair, bf16 0.050 (LiT's
+    # rows at t = 0.005, d = 200), fp16 0.005.
     jnp.dtype(jnp.float16): (1e-3, 1e-2, 0.05),
     jnp.dtype(jnp.bfloat16): (4e-3, 3e-2, 0.1),
 }
