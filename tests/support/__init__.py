@@ -6,7 +6,11 @@ re-exported, and no test module imports another test module.
                 hard negatives, per-row tau_plus, for small API tests; bind a module's
                 sizes with ``functools.partial``), ``qwen3_batch`` (near-duplicates the
                 Qwen3 mask drops), ``with_exact_ties``, ``ring_batch``, ``graded_rows``
-                (spread log-sum-exps) and its ``BOUNDED_CASES``, ``where_mask``.
+                (spread log-sum-exps) and its ``BOUNDED_CASES``, ``where_mask``; inputs
+                clear of a discontinuity, for 16-bit cases: ``decisive_margin`` (from
+                ``margin_offsets``: no candidate within rounding of the Qwen3
+                threshold) and ``decisive_tau_plus`` (from ``debias_ratios``: no
+                softmax near the debiased clamp).
 ``families``    ``FAMILIES``: name -> ``Family`` (loss, with_stats, reference,
                 reference_with_stats, n_arrays, class_name, options); ``BACKENDS`` (the
                 CPU backends checked against the reference: blockwise, interpret) and
@@ -15,7 +19,8 @@ re-exported, and no test module imports another test module.
 ``oracle``      float64 numpy written from docs/math.md, independent of memeff_jax:
                 ``clip``, ``qwen3`` (loops over rows), ``normalize``, ``block_lse64``,
                 ``count_pairs``, ``count_qwen3``.
-``tolerances``  ``FP32``, ``LOW`` (dtype -> atols), ``grad_err``, ``rel_err``.
+``tolerances``  ``FP32``, ``LOW`` (dtype -> atols and the gradient bound's cap),
+                ``grad_err``, ``rel_err``.
 ``check``       ``compare(fn, ref_fn, arrays, ...)``: values and gradients under jit vs
                 the float64 reference with those tolerances; ``sampled`` / ``checkerboard``
                 (the fixed default sample of a product, the rest marked slow);
