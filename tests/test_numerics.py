@@ -1,5 +1,5 @@
-"""Where memeff's arithmetic breaks (MATH 12.5, 12.6) ours must not: small temperatures
-and debiasing with dominant positives, against float64 references."""
+"""Where memeff's arithmetic breaks (docs/math.md §10, items 1-2) ours must not: small
+temperatures and debiasing with dominant positives, against float64 references."""
 
 import jax
 import jax.numpy as jnp

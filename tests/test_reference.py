@@ -1,4 +1,4 @@
-"""reference.py against hand-computed values, float64 loops written from MATH.md, and
+"""reference.py against hand-computed values, float64 loops written from docs/math.md, and
 literal definitions (smoothed cross-entropy, the debias formula, the z-loss)."""
 
 import math
@@ -193,7 +193,7 @@ def test_stable_scales_every_gradient():
 
 
 def test_temperature_gradient_matches_math():
-  # MATH 1.2: d ell_i / dt = (s_ii - sum_j P_ij s_ij) / t^2 for the row loss.
+  # docs/math.md §7.4: d ell_i / dt = (s_ii - sum_j P_ij s_ij) / t^2 for the row loss.
   b, t = 6, 0.3
   x, y = jnp.asarray(_rand(0, b, 4)), jnp.asarray(_rand(1, b, 4))
   with jax.enable_x64(True):

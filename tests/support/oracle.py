@@ -21,8 +21,8 @@ def softmax_row(cands, keep, pos, t, n_neg, tau, eps):
   first; keep: which enter the denominator. Returns (ell, lse = log Den unshifted)."""
   e = lambda s: math.exp((s - 1.0) / t)
   p = e(pos)
-  # The positive is cands[0]; MATH writes m_neg = (S - p) / N, summed here without the
-  # cancellation (identical in exact math).
+  # The positive is cands[0]; the negatives' sum S (docs/math.md §7.1) runs over the
+  # rest, never as a total minus the positive (memeff's cancellation, §10 item 2).
   neg = sum(e(s) for s, k in zip(cands[1:], keep[1:]) if k)
   if tau is None:
     den = (p if keep[0] else 0.0) + neg
