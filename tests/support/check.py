@@ -100,8 +100,8 @@ def kernel_path_config(path, d, dtype):
   "tiled" (tiled forward and gradient, a pass per tower) or "tiled_col_pass" (the
   same, the forward's columns from a second pass over the swapped block) or
   "tiled_paired" (both towers' gradients from one set of coefficient slabs where both
-  are needed; "tiled_paired_cols": slabs in column blocks), with tiles small enough that batches of a few dozen rows span several tiles and,
-  tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
+  are needed; "tiled_paired_cols": slabs in column blocks), with tiles small enough
+  that batches of a few dozen rows span several tiles and, tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
   its own default tiles where both towers train, FlashAttention-shaped elsewhere;
   64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
   sigmoid epilogue in the forward runs in 2 / 4 column chunks) or "tma" (the
