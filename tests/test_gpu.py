@@ -18,7 +18,7 @@ from memeff_jax import _compat, _core, reference
 from memeff_jax.config import RoleTiles, default_config
 from memeff_jax.backends.triton import backend as launch
 from tests.support import towers
-from tests.support.check import compare
+from tests.support.check import compare, low_grad_bounds
 from tests.support.data import (BOUNDED_CASES, decisive_margin, decisive_tau_plus, features,
                                 graded_rows, qwen3_batch, where_mask, with_exact_ties)
 from tests.support.elementwise import sigmoid_softplus_errors
@@ -26,7 +26,7 @@ from tests.support.families import (FAMILIES, eager_matryoshka, shared_columns_c
                                      shared_columns_loss)
 from tests.support.oracle import block_lse64, count_pairs, count_qwen3
 from tests.support.rows_forward import check_rows_in_forward
-from tests.support.tolerances import FP32, LOW
+from tests.support.tolerances import FP32
 
 pytestmark = pytest.mark.gpu
 # B = 1, and batches that are no multiple of any tile; every D for B = 300.
@@ -591,8 +591,7 @@ def test_exact_ties_with_the_positive_are_kept_triton(lit, dims, dtype):
 def test_siglip_triton(b, d, option, dtype):
   # SigLIP's sigmoid epilogues against the float64 reference (the fused one for one
   # Matryoshka block): value and the gradients of x, y and t (compare), and the bias's
-  # gradient (fp32: FP32's bound; bf16: 2x the plain bf16 formula's error + LOW's atol,
-  # at most LOW's cap).
+  # gradient (fp32: FP32's bound; bf16: compare's, low_grad_bounds).
   # "default": config=None, the backend's own tiles for this GPU and stack (16-bit: the
   # gradient from the forward on Plan.fused's tiles, 128 x 256 where TMA is counted on;
   # fp32: those tiles with "ieee" dots, as _cfg's, the default tf32 costing ~3 digits).
@@ -621,8 +620,7 @@ def test_siglip_triton(b, d, option, dtype):
     tol = FP32[1]
   else:
     low = float(db(ref, [x, y], jnp.float32(0.1))(jnp.float32(-5.0)))
-    _, atol, cap = LOW[jnp.dtype(dtype)]
-    tol = min(2 * abs(low - want) / abs(want) + atol, cap)
+    tol, = low_grad_bounds([low], [want], dtype, [1e-6])
   assert abs(got - want) <= tol * abs(want), (got, want, tol)
 
 

@@ -31,8 +31,11 @@ def low_grad_bounds(low, want, dtype, floors):
   (``low``, against the float64 ``want``) plus LOW's atol, at most LOW's cap where the
   largest entry of ``want`` passes its floor (tests.support.tolerances)."""
   _, atol, cap = LOW[jnp.dtype(dtype)]
-  return [2 * grad_err(a, r, f) + atol if np.max(np.abs(r)) < f else
-          min(2 * grad_err(a, r, f) + atol, cap) for a, r, f in zip(low, want, floors)]
+
+  def bound(a, r, f):
+    b = 2 * grad_err(a, r, f) + atol
+    return b if np.max(np.abs(r)) < f else min(b, cap)
+  return [bound(a, r, f) for a, r, f in zip(low, want, floors)]
 
 
 def compare(fn, ref_fn, arrays, *, temperature=0.07, dtype=jnp.float32, grad_floor=1e-6,
@@ -97,16 +100,17 @@ def checkerboard(*picks, mod: int = 2, residue: int = 0) -> bool:
 def kernel_path_config(path, d, dtype):
   """A config selecting one kernel path of the Triton backend under the interpreter:
   "partials" / "col_pass" (the sweep forward's two ways to the column statistics) or
-  "tiled" (tiled forward and gradient, a pass per tower) or "tiled_col_pass" (the
-  same, the forward's columns from a second pass over the swapped block) or
-  "tiled_paired" (both towers' gradients from one set of coefficient slabs where both
-  are needed; "tiled_paired_cols": slabs in column blocks), with tiles small enough
-  that batches of a few dozen rows span several tiles and, tiled, several slabs; or "paired" (bwd_pair alone: the paired tiled gradient with
-  its own default tiles where both towers train, FlashAttention-shaped elsewhere;
-  64-row slabs) or "epilogue_halves" / "epilogue_quarters" (tiled_paired on tiles whose
-  sigmoid epilogue in the forward runs in 2 / 4 column chunks) or "tma" (the
-  FlashAttention-shaped gradient on 32 x 32 tiles, 32 x 64 in passes of the rows'
-  softmax alone, loaded through TMA descriptors, at a power-of-two d)."""
+  "tiled" (tiled forward and gradient, a pass per tower) or "tiled_col_pass" (the same,
+  the forward's columns from a second pass over the swapped block) or "tiled_paired" (both
+  towers' gradients from one set of coefficient slabs where both are needed;
+  "tiled_paired_cols": slabs in column blocks), with tiles small enough that batches of a
+  few dozen rows span several tiles and, tiled, several slabs; or "paired" (bwd_pair
+  alone: the paired tiled gradient with its own default tiles where both towers train,
+  FlashAttention-shaped elsewhere; 64-row slabs) or "epilogue_halves" /
+  "epilogue_quarters" (tiled_paired on tiles whose sigmoid epilogue in the forward runs in
+  2 / 4 column chunks) or "tma" (the FlashAttention-shaped gradient on 32 x 32 tiles,
+  32 x 64 in passes of the rows' softmax alone, loaded through TMA descriptors, at a
+  power-of-two d)."""
   cfg = default_config(d, dtype, interpret=True)
   # 1 KiB slabs: one row tile per slab; 32-feature chunks: ragged for d = 40.
   tiles = dict(fwd=dict(block_m=32, block_n=64, block_d=32),

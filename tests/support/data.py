@@ -81,20 +81,22 @@ def margin_offsets(q, doc, h, dims, *, dq=False, shared_hard=False) -> np.ndarra
   to every other row's document (as with the d-d group). The margin mask keeps
   ``offset <= margin``."""
   off = ~np.eye(len(q), dtype=bool)
+  q, doc, h = (None if v is None else np.asarray(jnp.asarray(v, jnp.float32), np.float64)
+               for v in (q, doc, h))
   out = []
   for m in dims:
-    unit = lambda v: v[..., :m] / np.linalg.norm(v[..., :m], axis=-1, keepdims=True)
-    qu, du = (unit(np.asarray(jnp.asarray(v, jnp.float32), np.float64)) for v in (q, doc))
+    qu, du = unit(q[:, :m]), unit(doc[:, :m])
     p = np.sum(qu * du, -1)[:, None]
     out += [(qu @ du.T - p)[off], (qu @ qu.T - p)[off], (du @ du.T - p)[off]]
     if dq:
       out.append((du @ qu.T - p)[off])
-    if h is not None and shared_hard:   # q_i and d_i against every run (d_i: not its own)
-      hu = unit(np.asarray(jnp.asarray(h, jnp.float32), np.float64)).reshape(-1, m)
-      own = np.repeat(np.eye(len(q), dtype=bool), h.shape[1], axis=1)
-      out += [(qu @ hu.T - p).ravel(), (du @ hu.T - p)[~own]]
-    elif h is not None:
-      hu = unit(np.asarray(jnp.asarray(h, jnp.float32), np.float64))
+    if h is None:
+      continue
+    hu = unit(h[..., :m])
+    if shared_hard:   # q_i and d_i against every run (d_i: not its own)
+      others = np.repeat(off, h.shape[1], axis=1)
+      out += [(qu @ hu.reshape(-1, m).T - p).ravel(), (du @ hu.reshape(-1, m).T - p)[others]]
+    else:
       out.append((np.einsum("id,ikd->ik", qu, hu) - p).ravel())
   return np.concatenate(out)
 
