@@ -14,7 +14,8 @@ tested: its library and tests/test_gpu.py), with the outcome its logs give (pass
 failed, error, skipped, xfailed, xpassed) or "not run" (cut at the time limit). An id
 passed at a commit and stack keeps that row when a later run at the same commit and
 stack did not reach it. ``--pending``: the ids not yet passed at a commit and stack,
-the next run's ``TEST_IDS``.
+the next run's ``TEST_IDS``. ``unrun``: the ids with no run that held on a stack at
+any commit (tests/test_tooling.py checks none of test_gpu.py's on the README's stacks).
 
   python benchmarks/shard_tests.py --ids ids.txt --shards 14 --calls 2 --call 0 --out DIR
   python benchmarks/shard_tests.py --record gpu_tests.log   # (here, after a run)
@@ -107,6 +108,22 @@ def pending(ids, *, commit: str, stack: str, path=LEDGER) -> list[str]:
   passed = {r["id"] for r in read_ledger(path)
             if (r["commit"], r["stack"], r["outcome"]) == (commit, stack, "passed")}
   return [i for i in ids if i not in passed]
+
+
+def unrun(ids, *, stack: str, path=LEDGER) -> list[str]:
+  """``ids`` with no outcome on ``stack`` at any commit that says they ran and held:
+  never passed or skipped there, or failed (or errored) on a date after their latest pass
+  or skip. The ledger keeps one row per commit, so this is coverage, not freshness: a
+  test edited since its last run still counts as run."""
+  held, broke = {}, {}
+  for r in read_ledger(path):
+    if r["stack"] != stack:
+      continue
+    if r["outcome"] in ("passed", "skipped"):
+      held[r["id"]] = max(held.get(r["id"], ""), r["date"])
+    elif r["outcome"] in ("failed", "error"):
+      broke[r["id"]] = max(broke.get(r["id"], ""), r["date"])
+  return [i for i in ids if i not in held or broke.get(i, "") > held[i]]
 
 
 def expected(ids, known: dict[str, float]) -> dict[str, float]:

@@ -454,6 +454,7 @@ def test_gpu_extra_allows_the_tested_pairs_alone():
   # the GPU rows of the README's "Tested" table, neither more nor fewer.
   import tomllib
   from packaging.requirements import Requirement
+  from packaging.version import Version
   root = pathlib.Path(__file__).resolve().parents[1]
   extra = tomllib.loads((root / "pyproject.toml").read_text())["project"][
       "optional-dependencies"]["gpu"]
@@ -461,7 +462,7 @@ def test_gpu_extra_allows_the_tested_pairs_alone():
   allowed = {(j, t) for j in ("0.3.1", "0.4.0", "0.4.1")
              for t in ("3.6.0", "3.7.0", "3.8.0", "3.9.0")
              if spec["jax-triton"].contains(j) and spec["triton"].contains(t)
-             and (j < "0.4" or t >= "3.7")}
+             and (Version(j) < Version("0.4") or Version(t) >= Version("3.7"))}
   rows = [[c.strip() for c in line.split("|")[1:-1]]
           for line in (root / "README.md").read_text().splitlines()
           if line.startswith("| GPU")]

@@ -1,8 +1,12 @@
 """The device-run tooling in benchmarks/: the GPU tests' sharding by expected time and
-their ledger, the tables rendered from the CSVs of the device runs, and the hardware
-counters' summary."""
+their ledger (which must hold a run of every GPU test on each tested stack), the tables
+rendered from the CSVs of the device runs, and the hardware counters' summary."""
 
+import os
+import pathlib
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -76,6 +80,43 @@ def test_ledger_keeps_each_ids_outcome_and_lists_the_pending(tmp_path, capsys):
   assert capsys.readouterr().out.split() == ids[2:]
 
 
+def test_unrun_lists_ids_that_never_held_on_a_stack(tmp_path):
+  # Passed or skipped at some commit counts; a failure dated after an id's latest pass
+  # does not; other stacks' rows say nothing of this one.
+  ids = [f"tests/test_gpu.py::test_{k}" for k in "abcdef"]
+  path, log1, log2, log3 = (tmp_path / n for n in ("ledger.csv", "1.log", "2.log", "3.log"))
+  log1.write_text(f"{ids[0]} PASSED\n{ids[1]} SKIPPED\n{ids[2]} PASSED\n"
+                  f"{ids[3]} FAILED\n")
+  log2.write_text(f"{ids[2]} FAILED\n{ids[3]} PASSED\n")
+  log3.write_text(f"{ids[4]} PASSED\n")
+  run = dict(stack="s39", gpu="H100", path=path)
+  shard_tests.ledger([log1], ids[:4], date="2026-12-01", commit="c1", **run)
+  shard_tests.ledger([log2], ids[2:4], date="2026-12-02", commit="c2", **run)
+  shard_tests.ledger([log3], ids[4:5], date="2026-12-02", commit="c2", stack="s36",
+                     gpu="H100", path=path)
+  assert shard_tests.unrun(ids, stack="s39", path=path) == [ids[2], ids[4], ids[5]]
+  assert shard_tests.unrun(ids, stack="s36", path=path) == ids[:4] + ids[5:]
+
+
+def test_every_gpu_test_ran_on_each_tested_stack():
+  # Each id of tests/test_gpu.py has held (passed, or skipped by design) on every GPU row
+  # of the README's "Tested" table, per gpu_tests_ledger.csv: a GPU test added or
+  # renamed without a device run on each stack fails here.
+  root = pathlib.Path(__file__).resolve().parents[1]
+  env = dict(os.environ, MEMEFF_TEST_GPU="1")
+  out = subprocess.run(
+      [sys.executable, "-m", "pytest", "--collect-only", "-q", "-o", "addopts=",
+       "-p", "no:cacheprovider", "-m", "gpu or not gpu", "tests/test_gpu.py"],
+      cwd=root, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
+  ids = [l for l in out.splitlines() if l.startswith("tests/test_gpu.py::")]
+  rows = [[c.strip() for c in line.split("|")[1:-1]]
+          for line in (root / "README.md").read_text().splitlines()
+          if line.startswith("| GPU")]
+  stacks = [f"jax-triton {r[3]} + Triton {r[4]}" for r in rows]
+  assert len(ids) > 300 and len(stacks) >= 2
+  assert {s: shard_tests.unrun(ids, stack=s)[:5] for s in stacks} == {s: [] for s in stacks}
+
+
 def _headline_csvs(results, prefix, ours_ms, theirs_ms):
   header = "bench,provider,batch,dim,dtype,ms,ms_min,extra_gib,tflops\n"
   for prov, ms in (("triton", ours_ms), ("memeff", theirs_ms)):
@@ -107,8 +148,8 @@ def test_markers_render_from_their_prefix(tmp_path):
 
 def test_ncu_summary_keeps_named_metrics_and_shares_samples_by_opcode(tmp_path):
   # A raw page (a line before the header, a column a metric, a row of units, a row a
-  # launch; numbers with thousands separators) and a SASS page (a header row a launch) as ncu writes them with --csv:
-  # the summary keeps KEEP's metrics of each launch and no other, gives each opcode's
+  # launch; numbers with thousands separators) and a SASS page (a header row a launch)
+  # as ncu writes them with --csv: the summary keeps KEEP's metrics of each launch and no other, gives each opcode's
   # share of the launch's sampled warps (a predicate is not part of the opcode) and the
   # stall reasons' shares of the samples not on NOP.
   stall = "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"
