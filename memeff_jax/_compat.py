@@ -209,9 +209,13 @@ def gluon_ptx(module, backend, options, arch) -> dict:
 # ~/.cache/memeff_jax/kernels); MEMEFF_JAX_KERNEL_CACHE=PATH keeps them in PATH, =0 none
 # (false, off and no too). The folder is bounded: past MEMEFF_JAX_KERNEL_CACHE_MAX_MB
 # (default 1024) a store removes the entries used least recently (a load marks its entry
-# used) until the rest fill three quarters of it. Keys change with the kernels' source and
-# with Triton's build, so a folder that is never pruned grows with every upgrade and every
-# edit of a kernel (a run of the GPU tests leaves 500-630 entries, 98-131 MB on Triton 3.9).
+# used) until the rest fill three quarters of it. A process counts the folder (lists every
+# entry: 11 ms for 600 on a local disk, more on a network one) at its first store, then
+# adds what it stores, and counts again only when that sum would pass the bound: other
+# processes' entries since its last count may take the folder past the bound meanwhile.
+# Keys change with the kernels' source and with Triton's build, so a folder that is never
+# pruned grows with every upgrade and every edit of a kernel (a run of the GPU tests
+# leaves 500-630 entries, 98-131 MB on Triton 3.9).
 KERNEL_CACHE_ENV = "MEMEFF_JAX_KERNEL_CACHE"
 KERNEL_CACHE_MAX_ENV = "MEMEFF_JAX_KERNEL_CACHE_MAX_MB"
 KERNEL_CACHE_MAX_MB = 1024
@@ -306,30 +310,41 @@ def _cache_load(folder: pathlib.Path, key: str, result):
   return compiled
 
 
+# Bytes this process last counted in each kernel cache folder, plus what it stored since.
+_cache_held: dict[pathlib.Path, int] = {}
+
+
 def _cache_store(folder: pathlib.Path, key: str, compiled) -> None:
   """Keeps ``compiled`` under ``key``: written beside, then renamed into place (atomic,
-  so a process reading it meanwhile sees all of it or nothing); then the folder is
-  pruned to its bound (``_cache_prune``)."""
+  so a process reading it meanwhile sees all of it or nothing); then, the first time
+  and whenever what this process holds to be there passes the bound, the folder is
+  counted and pruned to its bound (``_cache_prune``)."""
   try:
     entry = folder / key
     entry.mkdir(parents=True, exist_ok=True)
     tmp = entry / f"{_KERNEL_FILE}.{os.getpid()}.tmp"
-    tmp.write_bytes(zlib.compress(json.dumps(dataclasses.asdict(compiled)).encode()))
+    data = zlib.compress(json.dumps(dataclasses.asdict(compiled)).encode())
+    tmp.write_bytes(data)
     os.replace(tmp, entry / _KERNEL_FILE)
   except (OSError, TypeError):
     return   # (an unwritable folder: the next process compiles again)
+  limit, held = kernel_cache_limit(), _cache_held.get(folder)
+  if held is not None and held + len(data) <= limit:
+    _cache_held[folder] = held + len(data)
+    return
   try:
-    _cache_prune(folder, kernel_cache_limit(), keep=key)
+    _cache_held[folder] = _cache_prune(folder, limit, keep=key)
   except OSError:
-    pass   # (the cache never stops a compile)
+    _cache_held.pop(folder, None)   # (the cache never stops a compile)
 
 
-def _cache_prune(folder: pathlib.Path, limit: int, keep: str) -> None:
+def _cache_prune(folder: pathlib.Path, limit: int, keep: str) -> int:
   """Past ``limit`` bytes, removes the entries used least recently (oldest mtime) until
-  the rest fill three quarters of it; never ``keep`` (the entry just stored). Another
-  process may remove an entry this one is about to read: it compiles that kernel again.
-  Only memeff_jax's entries count and go (a folder named by a key, holding the kept file
-  or its temporary ones): MEMEFF_JAX_KERNEL_CACHE may name a folder holding other things."""
+  the rest fill three quarters of it; never ``keep`` (the entry just stored). Returns
+  the bytes it leaves, as it counted them. Another process may remove an entry this one
+  is about to read: it compiles that kernel again. Only memeff_jax's entries count and
+  go (a folder named by a key, holding the kept file or its temporary ones):
+  MEMEFF_JAX_KERNEL_CACHE may name a folder holding other things."""
   entries, total = [], 0
   for entry in _listdir(folder):
     if not (re.fullmatch(r"[0-9a-f]{64}", entry.name) and entry.is_dir()):
@@ -345,7 +360,7 @@ def _cache_prune(folder: pathlib.Path, limit: int, keep: str) -> None:
           st.st_mtime for _, st in files] or [0.0]
       entries.append((max(used), size, entry))
   if total <= limit:
-    return
+    return total
   for _, size, entry in sorted(entries, key=lambda e: e[0]):
     if total <= limit - limit // 4:
       break
@@ -360,6 +375,7 @@ def _cache_prune(folder: pathlib.Path, limit: int, keep: str) -> None:
     except OSError:
       pass   # (another process writing into it, or other files: it stays)
     total -= size
+  return total
 
 
 def _listdir(folder: pathlib.Path) -> list:

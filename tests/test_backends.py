@@ -589,6 +589,34 @@ def test_kernel_cache_prune_spares_a_write_under_way_and_other_files(tmp_path):
              for d in ("theirs", _key("theirs")))
 
 
+def test_kernel_cache_counts_its_folder_at_first_and_near_its_bound(monkeypatch, tmp_path):
+  # A process lists the folder at its first store, then adds what it stores and lists it
+  # again only when that sum would pass the bound; that count sees what other processes
+  # stored meanwhile, and the prune brings the whole folder under the bound.
+  counts = []
+  listdir = _compat._listdir
+  monkeypatch.setattr(_compat, "_listdir",
+                      lambda d: (counts.append(d == tmp_path), listdir(d))[1])
+  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, "1")   # 1 MiB: ~40 entries of 50 KB
+  for i in range(4):
+    _kept(tmp_path, f"k{i:02d}", 100_000, used=1_000_000 + i)
+  assert sum(counts) == 1
+  theirs = _key("old")   # another process's entry, 0.7 MiB, used long ago
+  (tmp_path / theirs).mkdir()
+  (tmp_path / theirs / _compat._KERNEL_FILE).write_bytes(os.urandom(700_000))
+  os.utime(tmp_path / theirs / _compat._KERNEL_FILE, (1, 1))
+  sizes = [_size(tmp_path, f"k{i:02d}") for i in range(4)]
+  i = 4
+  while sum(counts) == 1:   # (the folder may pass its bound until the next count)
+    _kept(tmp_path, f"k{i:02d}", 100_000, used=1_000_000 + i)
+    sizes.append(_size(tmp_path, f"k{i:02d}"))
+    i += 1
+    assert i < 40
+  assert sum(sizes[:-1]) <= 2**20 < sum(sizes)   # (counted when its own sum passed)
+  left = sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file())
+  assert "old" not in _entries(tmp_path) and left <= 2**20 - 2**20 // 4
+
+
 class _Ttir:
   """A TTIR module as the compile hook reads it: its text and attributes."""
 
