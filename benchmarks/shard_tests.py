@@ -111,10 +111,10 @@ def pending(ids, *, commit: str, stack: str, path=LEDGER) -> list[str]:
 
 
 def unrun(ids, *, stack: str, path=LEDGER) -> list[str]:
-  """``ids`` with no outcome on ``stack`` at any commit that says they ran and held:
-  never passed or skipped there, or failed (or errored) on a date after their latest pass
-  or skip. The ledger keeps one row per commit, so this is coverage, not freshness: a
-  test edited since its last run still counts as run."""
+  """``ids`` that have not held on ``stack``: never passed or skipped there at any
+  commit, or failed (or errored) on a date after their latest pass or skip. The ledger
+  keeps a row per commit, so this is coverage, not freshness: a test edited since its
+  last run still counts as run."""
   held, broke = {}, {}
   for r in read_ledger(path):
     if r["stack"] != stack:

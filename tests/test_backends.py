@@ -597,7 +597,7 @@ def test_kernel_cache_counts_its_folder_at_first_and_near_its_bound(monkeypatch,
   listdir = _compat._listdir
   monkeypatch.setattr(_compat, "_listdir",
                       lambda d: (counts.append(d == tmp_path), listdir(d))[1])
-  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, "1")   # 1 MiB: ~40 entries of 50 KB
+  monkeypatch.setenv(_compat.KERNEL_CACHE_MAX_ENV, "1")   # 1 MiB: ~18 entries of 57 KB
   for i in range(4):
     _kept(tmp_path, f"k{i:02d}", 100_000, used=1_000_000 + i)
   assert sum(counts) == 1
