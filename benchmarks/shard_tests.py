@@ -38,6 +38,7 @@ import statistics
 
 DURATIONS = pathlib.Path(__file__).parent / "results" / "h200_gpu_test_durations.csv"
 LEDGER = pathlib.Path(__file__).parent / "results" / "gpu_tests_ledger.csv"
+README = pathlib.Path(__file__).parents[1] / "README.md"
 _CALL = re.compile(r"^([0-9.]+)s call +(\S+)$")
 _OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
 _FIELDS = ["date", "commit", "stack", "gpu", "id", "outcome", "seconds"]
@@ -108,6 +109,15 @@ def pending(ids, *, commit: str, stack: str, path=LEDGER) -> list[str]:
   passed = {r["id"] for r in read_ledger(path)
             if (r["commit"], r["stack"], r["outcome"]) == (commit, stack, "passed")}
   return [i for i in ids if i not in passed]
+
+
+def tested_pairs(readme=README) -> list[tuple[str, str]]:
+  """(jax-triton, Triton) of each GPU row of the README's "Tested" table, in its order
+  (a ledger's stack: ``f"jax-triton {jt} + Triton {triton}"``)."""
+  rows = [[c.strip() for c in line.split("|")[1:-1]]
+          for line in pathlib.Path(readme).read_text().splitlines()
+          if line.startswith("| GPU")]
+  return [(r[3], r[4]) for r in rows]
 
 
 def unrun(ids, *, stack: str, path=LEDGER) -> list[str]:

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import memeff_jax as mj
+from benchmarks import shard_tests
 from memeff_jax import _compat, _core, _options, _validation, backends
 from memeff_jax.backends import base, registry
 from memeff_jax.backends.blockwise import BlockwiseBackend
@@ -463,10 +464,8 @@ def test_gpu_extra_allows_the_tested_pairs_alone():
              for t in ("3.6.0", "3.7.0", "3.8.0", "3.9.0")
              if spec["jax-triton"].contains(j) and spec["triton"].contains(t)
              and (Version(j) < Version("0.4") or Version(t) >= Version("3.7"))}
-  rows = [[c.strip() for c in line.split("|")[1:-1]]
-          for line in (root / "README.md").read_text().splitlines()
-          if line.startswith("| GPU")]
-  tested = {(r[3], r[4]) for r in rows}
+  rows = shard_tests.tested_pairs()
+  tested = set(rows)
   assert len(rows) == len(tested)   # (one row a pair)
   assert allowed == tested
 

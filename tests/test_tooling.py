@@ -109,10 +109,7 @@ def test_every_gpu_test_ran_on_each_tested_stack():
        "-p", "no:cacheprovider", "-m", "gpu or not gpu", "tests/test_gpu.py"],
       cwd=root, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
   ids = [l for l in out.splitlines() if l.startswith("tests/test_gpu.py::")]
-  rows = [[c.strip() for c in line.split("|")[1:-1]]
-          for line in (root / "README.md").read_text().splitlines()
-          if line.startswith("| GPU")]
-  stacks = [f"jax-triton {r[3]} + Triton {r[4]}" for r in rows]
+  stacks = [f"jax-triton {jt} + Triton {t}" for jt, t in shard_tests.tested_pairs()]
   assert len(ids) > 300 and len(stacks) >= 2
   assert {s: shard_tests.unrun(ids, stack=s)[:5] for s in stacks} == {s: [] for s in stacks}
 

@@ -83,6 +83,8 @@ def margin_offsets(q, doc, h, dims, *, dq=False, shared_hard=False) -> np.ndarra
   off = ~np.eye(len(q), dtype=bool)
   q, doc, h = (None if v is None else np.asarray(jnp.asarray(v, jnp.float32), np.float64)
                for v in (q, doc, h))
+  # shared_hard: d_i against the runs of the other rows (h_jk, j != i)
+  others = np.repeat(off, h.shape[1], axis=1) if h is not None and shared_hard else None
   out = []
   for m in dims:
     qu, du = unit(q[:, :m]), unit(doc[:, :m])
@@ -94,8 +96,8 @@ def margin_offsets(q, doc, h, dims, *, dq=False, shared_hard=False) -> np.ndarra
       continue
     hu = unit(h[..., :m])
     if shared_hard:   # q_i and d_i against every run (d_i: not its own)
-      others = np.repeat(off, h.shape[1], axis=1)
-      out += [(qu @ hu.reshape(-1, m).T - p).ravel(), (du @ hu.reshape(-1, m).T - p)[others]]
+      runs = hu.reshape(-1, m).T
+      out += [(qu @ runs - p).ravel(), (du @ runs - p)[others]]
     else:
       out.append((np.einsum("id,ikd->ik", qu, hu) - p).ravel())
   return np.concatenate(out)
