@@ -104,7 +104,14 @@ CANDIDATES = {
           dict(bwd_gluon=True), dict(bwd_row_role=RoleTiles(block_n=128, num_stages=1)),
           dict(fwd_gluon=False), dict(fwd_gluon=True),
           # a one-sided block's rows' gradient from its forward (the Gluon default), or not
-          dict(fwd_row_grad=True), dict(fwd_row_grad=False)],
+          dict(fwd_row_grad=True), dict(fwd_row_grad=False),
+          # one softmax role in one stage with pointer loads (jax-triton 0.3.1 on Triton
+          # 3.9: no descriptors), rows', columns' or both, and the rows' 128 columns wide
+          dict(bwd_row_role=RoleTiles(num_stages=1)),
+          dict(bwd_col_role=RoleTiles(num_stages=1)),
+          dict(bwd_row_role=RoleTiles(num_stages=1), bwd_col_role=RoleTiles(num_stages=1)),
+          dict(bwd_row_role=RoleTiles(block_n=128, num_stages=1),
+               bwd_col_role=RoleTiles(num_stages=1))],
     256: [dict(_tf(128, 128, 64, 4, 3), **_b(64, 64, 4, 2)),
           dict(_tf(128, 128, 64, 4, 3), **_b(128, 64, 8, 2)),
           _tf(128, 128, 64, 4, 3), _tf(128, 128, 64, 8, 3), _b(64, 64, 4, 2), _b(64, 64, 4, 3),
