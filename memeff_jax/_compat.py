@@ -91,7 +91,10 @@ def warn_slow_pair(jax_triton_version: str | None) -> None:
   2026-12-06; gpu_tests_ledger.csv), but the Triton kernels, tuned on 3.6 and without
   the Gluon and TMA kernels that need jax-triton 0.4, are slower there at D = 512 (one
   H100, B = 65536, bf16: CLIP 51.1 against 49.0 ms, LiT 22.5 against 19.9, Qwen3 45.0
-  against 42.7; h100_jt031_triton39.csv against h100_jt031_triton36.csv)."""
+  against 42.7; h100_jt031_triton39.csv against h100_jt031_triton36.csv): Triton 3.9
+  moves each of the resident tile's wgmma descriptors into uniform registers before its
+  wgmma, +6-21% instructions a tile, which no tile choice avoids
+  (h100_jt031_triton39_tiles.csv; benchmarks/NOTES.md)."""
   import triton  # pylint: disable=g-import-not-at-top
   if jax_triton_version and (_version(jax_triton_version) < (0, 4)
                              and _version(triton.__version__) >= (3, 7)):
