@@ -16,12 +16,16 @@ passed at a commit and stack keeps that row when a later run at the same commit 
 stack did not reach it. ``--pending``: the ids not yet passed at a commit and stack,
 the next run's ``TEST_IDS``. ``unrun``: the ids with no run that held on a stack at
 any commit (tests/test_tooling.py checks none of test_gpu.py's on the README's stacks).
+``--edited``: the ids that held on a stack only in an earlier form of their test
+function (its syntax tree at each passing row's commit, through git), the ids a test
+edit leaves to re-run there.
 
   python benchmarks/shard_tests.py --ids ids.txt --shards 14 --calls 2 --call 0 --out DIR
   python benchmarks/shard_tests.py --record gpu_tests.log   # (here, after a run)
   python benchmarks/shard_tests.py --ledger gpu_tests.log --ids ids.txt --commit C \
       --stack "jax-triton 0.4.1 + Triton 3.9.0" --gpu "NVIDIA H100 80GB HBM3"
   python benchmarks/shard_tests.py --pending --ids ids.txt --commit C --stack "..." > todo
+  python benchmarks/shard_tests.py --edited --ids ids.txt --stack "..." > todo
 
 (ids.txt, all of them, here as on the GPU machine: ``MEMEFF_TEST_GPU=1 python -m pytest
 --collect-only -q -m gpu tests/test_gpu.py -o addopts="" | grep ::``.)
@@ -30,15 +34,19 @@ any commit (tests/test_tooling.py checks none of test_gpu.py's on the README's s
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import datetime
+import hashlib
 import pathlib
 import re
 import statistics
+import subprocess
 
 DURATIONS = pathlib.Path(__file__).parent / "results" / "h200_gpu_test_durations.csv"
 LEDGER = pathlib.Path(__file__).parent / "results" / "gpu_tests_ledger.csv"
 README = pathlib.Path(__file__).parents[1] / "README.md"
+GPU_TESTS = "tests/test_gpu.py"   # (relative to the repository: ``git show C:`` takes it)
 _CALL = re.compile(r"^([0-9.]+)s call +(\S+)$")
 _OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
 _FIELDS = ["date", "commit", "stack", "gpu", "id", "outcome", "seconds"]
@@ -136,6 +144,41 @@ def unrun(ids, *, stack: str, path=LEDGER) -> list[str]:
   return [i for i in ids if i not in held or broke.get(i, "") > held[i]]
 
 
+def function_forms(source: str) -> dict[str, str]:
+  """Each test function of a module's source, by name: a digest of its syntax tree
+  (decorators and parametrization included; comments and layout not)."""
+  return {node.name: hashlib.sha1(ast.dump(node).encode()).hexdigest()
+          for node in ast.parse(source).body
+          if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def edited(ids, *, stack: str, path=LEDGER, repo=README.parent, tests=GPU_TESTS) -> list[str]:
+  """``ids`` that held on ``stack`` (``unrun``'s sense) only in an earlier form of their
+  test function: no passed or skipped row at a commit whose ``tests`` file (``git
+  show``) has the function as the working tree has it. An id that never held is
+  ``unrun``'s, not listed here; a commit git cannot show, and a function the working
+  tree no longer has, count as another form. Only the test function is compared: a
+  changed fixture, helper or library is not seen."""
+  here = function_forms((pathlib.Path(repo) / tests).read_text())
+  forms = {}
+
+  def form_at(commit, fn):
+    if commit not in forms:
+      out = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{tests}"],
+                           capture_output=True, text=True, check=False)
+      forms[commit] = function_forms(out.stdout) if out.returncode == 0 else {}
+    return forms[commit].get(fn)
+
+  held, current = set(), set()
+  for r in read_ledger(path):
+    if r["stack"] == stack and r["outcome"] in ("passed", "skipped"):
+      held.add(r["id"])
+      fn = r["id"].split("::")[-1].split("[")[0]
+      if r["id"] not in current and fn in here and form_at(r["commit"], fn) == here[fn]:
+        current.add(r["id"])
+  return [i for i in ids if i in held and i not in current]
+
+
 def expected(ids, known: dict[str, float]) -> dict[str, float]:
   """Seconds per id: recorded, else its test function's median, else all ids' median."""
   by_fn = {}
@@ -167,16 +210,25 @@ def main(argv=None):
   p.add_argument("--ledger", nargs="+", metavar="LOG",
                  help="add these logs' outcomes for --ids to the ledger")
   p.add_argument("--pending", action="store_true", help="print --ids not passed yet")
+  p.add_argument("--edited", action="store_true",
+                 help="print --ids that held on --stack only in an earlier form")
   p.add_argument("--commit", help="the tree tested (--ledger, --pending)")
   p.add_argument("--stack", help='e.g. "jax-triton 0.4.1 + Triton 3.9.0"')
   p.add_argument("--gpu", default="", help="the GPU's name (--ledger)")
   p.add_argument("--date", default=str(datetime.date.today()), help="the run's date")
   p.add_argument("--ledger-file", default=LEDGER, help=argparse.SUPPRESS)
+  p.add_argument("--repo", default=README.parent, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
   if a.record:
     print(f"recorded {record(a.record)} durations in {DURATIONS}")
     return
   ids = [l.strip() for l in open(a.ids) if l.strip()]
+  if a.edited:
+    if not a.stack:
+      p.error("--edited takes --stack")
+    print("".join(f"{i}\n" for i in edited(ids, stack=a.stack, path=a.ledger_file,
+                                             repo=a.repo)), end="")
+    return
   if a.ledger or a.pending:
     if not (a.commit and a.stack):
       p.error("--ledger and --pending take --commit and --stack")

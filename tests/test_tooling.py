@@ -98,6 +98,46 @@ def test_unrun_lists_ids_that_never_held_on_a_stack(tmp_path):
   assert shard_tests.unrun(ids, stack="s36", path=path) == ids[:4] + ids[5:]
 
 
+def test_edited_lists_ids_that_held_only_in_an_earlier_form(tmp_path, capsys):
+  # A repository whose test file changes after the ids pass: a changed body or
+  # parametrization makes an id edited on a stack until it passes again in the new
+  # form; a comment or a reflow does not; an id that never held is unrun's, not
+  # edited's; each stack by its own rows; a commit git cannot show is another form.
+  git = lambda *a: subprocess.run(["git", "-C", str(tmp_path), *a], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+  git("init", "-q")
+  git("config", "user.email", "t@t")
+  git("config", "user.name", "t")
+  tests = tmp_path / "tests" / "test_gpu.py"
+  tests.parent.mkdir()
+
+  def commit(source):
+    tests.write_text(source)
+    git("add", "-A")
+    git("commit", "-q", "-m", "c")
+    return git("rev-parse", "--short", "HEAD")
+
+  c1 = commit("def test_a():\n  assert 1\n\n\ndef test_b():\n  assert 2\n\n\n"
+              "def test_c():\n  assert 3\n")
+  c2 = commit("def test_a():\n  # why\n  assert (\n      1)\n\n\ndef test_b():\n"
+              "  assert 2 + 0\n\n\ndef test_c():\n  assert 3 + 0\n")
+  ids = [f"tests/test_gpu.py::test_{k}[x]" for k in "abcd"]
+  path, log1, log2 = tmp_path / "ledger.csv", tmp_path / "1.log", tmp_path / "2.log"
+  log1.write_text("".join(f"{i} PASSED\n" for i in ids[:3]))
+  log2.write_text(f"{ids[2]} SKIPPED\n")
+  run = dict(date="d", gpu="H100", path=path)
+  shard_tests.ledger([log1], ids[:3], commit=c1, stack="s39", **run)
+  shard_tests.ledger([log2], ids[2:3], commit=c2, stack="s39", **run)
+  shard_tests.ledger([log1], ids[:3], commit="0000000", stack="s36", **run)
+  assert shard_tests.edited(ids, stack="s39", path=path, repo=tmp_path) == [ids[1]]
+  assert shard_tests.edited(ids, stack="s36", path=path, repo=tmp_path) == ids[:3]
+  assert shard_tests.edited(ids, stack="s31", path=path, repo=tmp_path) == []
+  (tmp_path / "ids").write_text("".join(f"{i}\n" for i in ids))
+  shard_tests.main(["--edited", "--ids", str(tmp_path / "ids"), "--stack", "s39",
+                    "--ledger-file", str(path), "--repo", str(tmp_path)])
+  assert capsys.readouterr().out.split() == [ids[1]]
+
+
 def test_every_gpu_test_ran_on_each_tested_stack():
   # Each id of tests/test_gpu.py has held (passed, or skipped by design) on every GPU row
   # of the README's "Tested" table, per gpu_tests_ledger.csv: a GPU test added or
