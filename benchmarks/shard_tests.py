@@ -153,12 +153,12 @@ def function_forms(source: str) -> dict[str, str]:
 
 
 def edited(ids, *, stack: str, path=LEDGER, repo=README.parent, tests=GPU_TESTS) -> list[str]:
-  """``ids`` that held on ``stack`` (``unrun``'s sense) only in an earlier form of their
-  test function: no passed or skipped row at a commit whose ``tests`` file (``git
-  show``) has the function as the working tree has it. An id that never held is
-  ``unrun``'s, not listed here; a commit git cannot show, and a function the working
-  tree no longer has, count as another form. Only the test function is compared: a
-  changed fixture, helper or library is not seen."""
+  """``ids`` that passed or skipped on ``stack`` only in an earlier form of their test
+  function: none of those rows is at a commit whose ``tests`` file (``git show``) has
+  the function as the working tree has it. An id with no such row is ``unrun``'s, not
+  listed here; a commit git cannot show, and a function the working tree no longer
+  has, count as another form. Only the test function is compared: a changed fixture,
+  helper or library is not seen."""
   here = function_forms((pathlib.Path(repo) / tests).read_text())
   forms = {}
 
