@@ -114,7 +114,7 @@ def test_edited_lists_ids_that_held_only_in_an_earlier_form(tmp_path, capsys):
   def commit(source):
     tests.write_text(source)
     git("add", "-A")
-    git("commit", "-q", "-m", "c")
+    git("-c", "commit.gpgsign=false", "commit", "-q", "-m", "c")
     return git("rev-parse", "--short", "HEAD")
 
   c1 = commit("def test_a():\n  assert 1\n\n\ndef test_b():\n  assert 2\n\n\n"
