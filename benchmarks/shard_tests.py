@@ -45,8 +45,9 @@ import subprocess
 
 DURATIONS = pathlib.Path(__file__).parent / "results" / "h200_gpu_test_durations.csv"
 LEDGER = pathlib.Path(__file__).parent / "results" / "gpu_tests_ledger.csv"
-README = pathlib.Path(__file__).parents[1] / "README.md"
-GPU_TESTS = "tests/test_gpu.py"   # (relative to the repository: ``git show C:`` takes it)
+ROOT = pathlib.Path(__file__).parents[1]   # the repository
+README = ROOT / "README.md"
+GPU_TESTS = "tests/test_gpu.py"   # (relative to ROOT: ``git show C:`` takes it)
 _CALL = re.compile(r"^([0-9.]+)s call +(\S+)$")
 _OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
 _FIELDS = ["date", "commit", "stack", "gpu", "id", "outcome", "seconds"]
@@ -152,7 +153,7 @@ def function_forms(source: str) -> dict[str, str]:
           if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
 
 
-def edited(ids, *, stack: str, path=LEDGER, repo=README.parent, tests=GPU_TESTS) -> list[str]:
+def edited(ids, *, stack: str, path=LEDGER, repo=ROOT, tests=GPU_TESTS) -> list[str]:
   """``ids`` that passed or skipped on ``stack`` only in an earlier form of their test
   function: none of those rows is at a commit whose ``tests`` file (``git show``) has
   the function as the working tree has it. An id with no such row is ``unrun``'s, not
@@ -217,7 +218,7 @@ def main(argv=None):
   p.add_argument("--gpu", default="", help="the GPU's name (--ledger)")
   p.add_argument("--date", default=str(datetime.date.today()), help="the run's date")
   p.add_argument("--ledger-file", default=LEDGER, help=argparse.SUPPRESS)
-  p.add_argument("--repo", default=README.parent, help=argparse.SUPPRESS)
+  p.add_argument("--repo", default=ROOT, help=argparse.SUPPRESS)
   a = p.parse_args(argv)
   if a.record:
     print(f"recorded {record(a.record)} durations in {DURATIONS}")
