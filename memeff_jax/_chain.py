@@ -271,9 +271,12 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
     # Smoothed targets over the C = N + 1 nominal candidates (docs/math.md §7.2):
     # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.
     # (Removed rows are zeros: they add nothing to A.)
+    # With no kept row (B' = 0) the mean above is NaN and these sums are 0: the
+    # divisions take at least 1, so that the gradients stay zero (docs/math.md §7.6).
+    at_least_1 = (lambda v: v) if mask is None else (lambda v: jnp.maximum(v, 1))
     trace = ctx.row_sum(head.pos)
-    per_dim = per_dim + eps * ctx.scale / ctx.batch * sum(
-        trace - a / (n_neg + 1) for a, n_neg in zip(crosses(), n_negs)) / len(n_negs)
+    per_dim = per_dim + eps * ctx.scale / at_least_1(ctx.batch) * sum(
+        trace - a / at_least_1(n_neg + 1) for a, n_neg in zip(crosses(), n_negs)) / len(n_negs)
   per_dim = per_dim + z
   w = jnp.asarray(weights, acc)
   loss = poison(jnp.sum(w * per_dim), ok, list(hyper.values()), axis_name)

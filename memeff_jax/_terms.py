@@ -179,7 +179,9 @@ def stable_scale(loss, *, stable: bool, batch: int, temperature):
   """
   if not stable:
     return loss
-  factor = jnp.sqrt(batch * lax.stop_gradient(jnp.asarray(temperature, loss.dtype)))
+  # (sqrt(B) sqrt(t): B t itself may pass the largest float where the factor does not)
+  factor = jnp.sqrt(jnp.asarray(batch, loss.dtype)) * jnp.sqrt(
+      lax.stop_gradient(jnp.asarray(temperature, loss.dtype)))
   return loss + (factor - 1.0) * (loss - lax.stop_gradient(loss))
 
 
@@ -202,7 +204,8 @@ def poison(loss, ok, inputs, axis_name=None):
   for v in inputs:
     if isinstance(v, (type(None), int, float)) or not jnp.issubdtype(v.dtype, jnp.floating):
       continue
-    term = term + jnp.sum(c * (jnp.tanh(v) if jnp.ndim(v) == 0 else v))
+    # (in the loss's dtype: a float64 input under x64 leaves a float32 loss float32)
+    term = term + jnp.sum(c * (jnp.tanh(v) if jnp.ndim(v) == 0 else v)).astype(loss.dtype)
   return loss + c + global_sum(term, axis_name)
 
 

@@ -71,8 +71,25 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
       "normalized_inputs", getattr(loss_fn, "normalized_inputs", False))
   _check_normalizes(bound, "loss_fn.normalized_inputs")
 
+  try:
+    sig = inspect.signature(loss_fn)
+  except (TypeError, ValueError):
+    sig = None
+  name = getattr(loss_fn, "__name__", "loss_fn")
+
   def loss(*features, **kwargs):
+    if sig is not None:   # feature arrays passed by name are sliced as positional ones
+      try:
+        call = sig.bind(*features, **kwargs)
+      except TypeError as e:
+        raise TypeError(f"{name}() {e}") from None
+      features, kwargs = call.args, call.kwargs
     _check_normalizes(kwargs.get("normalized_inputs", False), "normalized_inputs")
+    if not features:
+      raise TypeError(f"{name}() takes its feature arrays positionally or by name; got none")
+    if not hasattr(features[0], "shape"):
+      first = next(iter(sig.parameters)) if sig is not None else "the first feature array"
+      raise TypeError(f"{first} must be an array, got {type(features[0]).__name__}")
     check_dims("dims", dims, features[0].shape[-1])
     total = 0.0
     for m, w in zip(dims, weights):
@@ -87,10 +104,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
       total = total + w * value
     return total
 
-  try:   # loss_fn's parameters, so that sharded() finds its shared_negatives by name
-    loss.__signature__ = inspect.signature(loss_fn)
-  except (TypeError, ValueError):
-    pass
+  if sig is not None:   # loss_fn's parameters, so that sharded() finds shared_negatives
+    loss.__signature__ = sig
   return loss
 
 

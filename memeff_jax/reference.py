@@ -66,6 +66,8 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   else:
     if isinstance(n_neg, int):   # with ``where`` it is traced (none: NaN, in _finish)
       check_negatives(tau, n_neg, raw.shape[0])
+    if not isinstance(tau, float):   # a float64 prior leaves float32 logits float32
+      tau = tau.astype(logits.dtype)
     # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
     # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
     neg = _scaled_lse(raw, keep & ~is_pos, scale)
@@ -111,8 +113,11 @@ def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays,
   loss = sum(_mean(e, valid) for e in ells) / len(ells)
   # A Python 0 switches the z-loss off, as on every backend (``is_zero``), so that lse^2
   # overflowing at a tiny temperature cannot give 0 * inf.
+  # (a removed row's lse is -inf where no row is kept: squared after the mask, so that
+  # its zero cotangent meets no infinite slope)
   z = (jnp.zeros((), loss.dtype) if is_zero(lse_square_scale) else
-       lse_square_scale * sum(_mean(l * l, valid) for l in lses) / len(lses))
+       lse_square_scale * sum(_mean(jnp.square(_stat(l, valid)), valid) for l in lses)
+       / len(lses))
   hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
   ok = value_checks(arrays, hyper)
   if no_negatives is not None:

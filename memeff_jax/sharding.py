@@ -35,6 +35,9 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
   A global batch that does not split evenly is padded with removed rows: zero rows
   and a ``where=`` mask (combined with the caller's), so the loss is that of the
   batch as given (``loss_fn`` must take ``where=``, as every loss here does).
+  An option held as a numpy array (a per-row ``tau_plus``, a 0-d temperature) is
+  split or replicated, so traced: out of range, it gives a NaN loss where the loss
+  alone raises (docs/math.md §7).
   The loss comes back replicated; per-row statistics come back as global arrays.
   Differentiate ``f`` directly: its gradients are those of the global loss. ``f``
   works eagerly and under ``jax.jit`` (it jits itself), on meshes from

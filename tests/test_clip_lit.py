@@ -142,6 +142,12 @@ def test_stable_factor(backend):
   on, off = f(True)(x, y, t), f(False)(x, y, t)
   for a, c in zip(on, off):
     np.testing.assert_allclose(a, np.sqrt(b * t) * np.asarray(c), rtol=1e-4, atol=1e-8)
+  # The largest temperature accepted, whose B t passes the largest float32 (the factor
+  # sqrt(B t) = 5.7e19 does not): the value stays the loss's own (was NaN from inf * 0).
+  t = 8e37
+  with pytest.warns(UserWarning, match="looks like a logit scale"):
+    on, off = (clip_loss(x, y, temperature=t, stable=s, backend=backend) for s in (True, False))
+  assert np.isfinite(off) and on == off, (on, off)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -386,6 +386,16 @@ def test_matryoshka_eager_validation():
     mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
   with pytest.raises(ValueError, match="normalized_inputs=False"):
     mj.matryoshka(mj.clip_loss, (4, 8))(x, x, normalized_inputs=True, backend="blockwise")
+  # A call the loss would refuse is refused as the loss refuses it, naming the argument
+  # (were an IndexError and an AttributeError).
+  eager = mj.matryoshka(mj.clip_loss, (4, 8))
+  with pytest.raises(TypeError, match="image_features must be an array, got list"):
+    eager(np.ones((4, 8)).tolist(), x, backend="blockwise")
+  with pytest.raises(TypeError, match="clip_loss\\(\\) missing a required argument: "
+                                      "'text_features'"):
+    eager(image_features=x, backend="blockwise")
+  with pytest.raises(TypeError, match="clip_loss\\(\\) got an unexpected keyword argument 'bogus'"):
+    eager(x, x, bogus=1)
 
 
 def test_matryoshka_dims_as_arrays():

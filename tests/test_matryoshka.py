@@ -245,6 +245,21 @@ def test_eager_slices_hard_negatives_by_keyword_and_not_tau():
   np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
+def test_eager_slices_every_feature_array_passed_by_name():
+  # The towers by their parameter names are sliced as positional ones (they were passed
+  # through whole, after an IndexError on the missing positional array); oracle: the
+  # dense reference on each dim's slices.
+  q, doc, h = qwen3_batch(1, 12, 24, 2)
+  dims = (8, 24)
+  got = mj.matryoshka(mj.qwen3_loss, dims)(query_features=q, doc_features=doc,
+                                            hard_negatives=h, backend="blockwise")
+  want = sum(reference.qwen3_loss(q[:, :m], doc[:, :m], h[..., :m]) for m in dims)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+  got = mj.matryoshka(mj.clip_loss, dims)(q, text_features=doc, backend="blockwise")
+  want = sum(reference.clip_loss(q[:, :m], doc[:, :m]) for m in dims)
+  np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
 def test_eager_slices_shared_negatives_by_keyword():
   # shared_negatives= (every query's extra columns, [n, d]) by keyword is sliced as it is
   # positionally; oracle: the dense reference on each dim's slices.

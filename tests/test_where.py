@@ -162,15 +162,21 @@ def test_nothing_kept_or_nothing_to_debias_is_nan(backend):
   one = np.zeros(B, bool)
   one[3] = True
   # Nothing kept: the mean of no terms is NaN, and every gradient, the temperature's
-  # and SigLIP's bias's too, is zero (docs/math.md §7.6: no term depends on them).
-  for fn, extra in ((mj.clip_loss, {}), (mj.siglip_loss, dict(bias=jnp.float32(-2.0)))):
+  # and SigLIP's bias's too, is zero (docs/math.md §7.6: no term depends on them), with
+  # label smoothing and the z-loss too (each divides by B' or squares an empty lse).
+  both = dict(label_smoothing=0.1, lse_square_scale=0.1)
+  q, d, h = _arrays("qwen3", B)
+  for fn, arrays, extra, opts in (
+      (mj.clip_loss, (x, y), {}, {}), (mj.clip_loss, (x, y), {}, both),
+      (mj.siglip_loss, (x, y), dict(bias=jnp.float32(-2.0)), {}),
+      (mj.qwen3_loss, (q, d, h), {}, dict(both, matryoshka_dims=(8, 24)))):
     names = ("temperature",) + tuple(extra)
     val, g = jax.value_and_grad(
-        lambda a, b, h: fn(a, b, where=none, backend=backend, **h), argnums=(0, 1, 2))(
-            x, y, dict(temperature=jnp.float32(0.1), **extra))
-    assert np.isnan(val), fn
-    for v in (g[0], g[1], *(g[2][k] for k in names)):
-      np.testing.assert_array_equal(v, 0.0)
+        lambda a, hyper: fn(*a, where=none, backend=backend, **hyper, **opts), argnums=(0, 1))(
+            arrays, dict(temperature=jnp.float32(0.1), **extra))
+    assert np.isnan(val), (fn, opts)
+    for v in (*g[0], *(g[1][k] for k in names)):
+      np.testing.assert_array_equal(v, 0.0, err_msg=f"{fn.__name__} {opts}")
   # One row left: no negatives, so tau_plus has nothing to debias (a ValueError when
   # the batch is 1 statically; known only at run time here).
   val, g = jax.value_and_grad(lambda a: mj.clip_loss(a, y, where=one, tau_plus=0.1,
