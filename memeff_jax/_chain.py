@@ -25,8 +25,8 @@ from jax import lax
 from memeff_jax import _checkify, _options, _terms, _validation
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._reduction import SOFTMAX, Reduction
-from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, as_scale, global_sum, normalize,
-                               is_zero, poison, poison_flag, pow2_scale, ring_size,
+from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, as_scale, global_sum, in_dtype,
+                               normalize, is_zero, poison, poison_flag, pow2_scale, ring_size,
                                stable_scale, taint, upcast)
 from memeff_jax.backends.base import DenseBackend
 
@@ -266,7 +266,7 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)
   if not is_zero(z_scale):
-    z = z_scale * sum(ctx.row_sum(lse * lse) for _, lse in terms) / (len(terms) * ctx.batch)
+    z = in_dtype(z_scale, acc) * sum(ctx.row_sum(lse * lse) for _, lse in terms) / (len(terms) * ctx.batch)
   if not is_zero(eps):
     # Smoothed targets over the C = N + 1 nominal candidates (docs/math.md §7.2):
     # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.
@@ -275,7 +275,7 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
     # divisions take at least 1, so that the gradients stay zero (docs/math.md §7.6).
     at_least_1 = (lambda v: v) if mask is None else (lambda v: jnp.maximum(v, 1))
     trace = ctx.row_sum(head.pos)
-    per_dim = per_dim + eps * ctx.scale / at_least_1(ctx.batch) * sum(
+    per_dim = per_dim + in_dtype(eps, acc) * ctx.scale / at_least_1(ctx.batch) * sum(
         trace - a / at_least_1(n_neg + 1) for a, n_neg in zip(crosses(), n_negs)) / len(n_negs)
   per_dim = per_dim + z
   w = jnp.asarray(weights, acc)

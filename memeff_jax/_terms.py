@@ -172,6 +172,13 @@ def is_zero(v) -> bool:
   return isinstance(v, (int, float)) and v == 0
 
 
+def in_dtype(v, dtype):
+  """An option in the loss's ``dtype``: a Python number stays one (weakly typed); an
+  array or a numpy scalar (np.float64 is a float, but not weakly typed) is cast, so
+  that a float64 option under x64 leaves a float32 loss float32."""
+  return v if type(v) in (int, float) else jnp.asarray(v, dtype)
+
+
 def stable_scale(loss, *, stable: bool, batch: int, temperature):
   """Value unchanged; gradient (all of it, the temperature's too) times sqrt(B * t).
 

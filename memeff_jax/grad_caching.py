@@ -54,8 +54,8 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
   again for its gradient, so dropout is identical in both.
 
   What it costs: one chunk's activations plus the ``[B, ...]`` embeddings and their
-  gradients (the parameter gradients are accumulated in place); two encoder forwards
-  and one backward. An embedding whose loss gradient is zero by construction (a locked
+  gradients (the parameter gradients are accumulated in place; a shorter last chunk's
+  embeddings join the others' by one copy); two encoder forwards and one backward. An embedding whose loss gradient is zero by construction (a locked
   tower: :func:`memeff_jax.lit_loss`'s image features, a tower under
   ``lax.stop_gradient``) is not embedded again. ``step`` traces once per shape: new
   values (a temperature, a new batch of the same size) do not recompile under
@@ -96,6 +96,8 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
     ValueError: ``chunk_size`` below 1 (at once); at trace time, ``batch``
       leaves with different leading sizes or none, or ``embed_fn`` outputs whose
       leading axis is not the chunk's row count.
+    TypeError: at trace time, ``loss_fn`` not returning a ``(loss, aux)`` tuple with
+      ``has_aux`` (as ``jax.value_and_grad`` raises).
 
   References:
     Gao et al., `Scaling Deep Contrastive Learning Batch Size under Memory Limited
@@ -163,25 +165,26 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
   take = lambda start, rows: jax.tree.map(
       lambda a: lax.dynamic_slice_in_dim(a, start, rows), batch)
 
-  # Pass 1: the embeddings, written into [n, ...] buffers; no activations are kept.
-  emb_shapes = [_embed_shapes(embed, params, state, take(0, rows), rows)
-                for rows in (chunk_size if full else 0, rem) if rows][0]
-  buffers = jax.tree.map(lambda s: jnp.zeros((n,) + s.shape[1:], s.dtype), emb_shapes)
-  buffers = vary_like(buffers, batch, params)   # inside shard_map: as the embeddings
-  write = lambda bufs, e, start: jax.tree.map(
-      lambda b, v: lax.dynamic_update_slice_in_dim(b, v, start, 0), bufs, e)
-  states = None
+  # Pass 1: the embeddings, stacked by a scan over the full chunks, then the short
+  # last chunk; no activations are kept. (The embeddings themselves make the [n, ...]
+  # arrays, so that they carry the embeddings' sharding: zeros made here would take
+  # the context's mesh, which unplaced inputs under jax.set_mesh do not have.)
+  _embed_shapes(embed, params, state, take(0, chunk_size if full else rem),
+                chunk_size if full else rem)
+  pieces, states = [], None
   if full:
-    def first(carry, i):
-      bufs, st = carry
+    def first(st, i):
       e, new = embed(params, st, take(i * chunk_size, chunk_size), i)
-      return (write(bufs, e, i * chunk_size), new), st
+      return new, (e, st)
 
-    (buffers, state), states = lax.scan(first, (buffers, state), jnp.arange(full))
+    state, (stacked, states) = lax.scan(first, state, jnp.arange(full))
+    pieces.append(jax.tree.map(lambda v: v.reshape((n - rem,) + v.shape[2:]), stacked))
   state_rem = state
   if rem:
     e, state = embed(params, state, take(full * chunk_size, rem), full)
-    buffers = write(buffers, e, full * chunk_size)
+    pieces.append(e)
+  buffers = pieces[0] if len(pieces) == 1 else jax.tree.map(
+      lambda *v: jnp.concatenate(v), *pieces)
 
   # Pass 2: the loss and its gradients with respect to params and the (floating)
   # embeddings; integer and bool leaves (a where= mask carried along) have none.
@@ -194,7 +197,13 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
     it = iter(float_leaves)
     e = jax.tree.unflatten(tree, [next(it) if f else v for v, f in zip(leaves, floats)])
     out, st = loss(p, state_in, e)
-    return (out[0], (out[1], st)) if has_aux else (out, (None, st))
+    if not has_aux:
+      return out, (None, st)
+    if not (isinstance(out, tuple) and len(out) == 2):   # as jax.value_and_grad checks
+      got = (f"a {len(out)}-element {type(out).__name__}" if isinstance(out, (tuple, list))
+             else f"{type(out).__name__} of shape {jnp.shape(out)}")
+      raise TypeError(f"loss_fn must return a (loss, aux) tuple with has_aux=True, got {got}")
+    return out[0], (out[1], st)
 
   float_leaves = [v for v, f in zip(leaves, floats) if f]
   (value, (aux, state_out)), (grads, emb_grads) = jax.value_and_grad(

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._checkify import value_checks
-from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, is_zero, normalize,
-                               poison, stable_scale, upcast)
+from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, in_dtype, is_zero,
+                               normalize, poison, stable_scale, upcast)
 from memeff_jax._validation import (check_dims, check_negatives, check_partition,
                                     check_weights)
 from memeff_jax.matryoshka import matryoshka
@@ -66,8 +66,7 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   else:
     if isinstance(n_neg, int):   # with ``where`` it is traced (none: NaN, in _finish)
       check_negatives(tau, n_neg, raw.shape[0])
-    if not isinstance(tau, float):   # a float64 prior leaves float32 logits float32
-      tau = tau.astype(logits.dtype)
+    tau = in_dtype(tau, logits.dtype)
     # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
     # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
     neg = _scaled_lse(raw, keep & ~is_pos, scale)
@@ -75,6 +74,7 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
     g = (jnp.exp(neg - shift) / n_neg - tau * jnp.exp(pos - shift)) / (1.0 - tau)
     floor = jnp.exp(-scale - shift)
     lse = shift + jnp.log(jnp.exp(pos - shift) + n_neg * jnp.where(g < floor, floor, g))
+  eps = in_dtype(eps, logits.dtype)
   nominal = jnp.broadcast_to(nominal, raw.shape)
   n_cand = jnp.sum(nominal, axis=-1).astype(logits.dtype)
   # Smoothed target (F.cross_entropy convention) over the nominal candidates:
@@ -116,7 +116,7 @@ def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays,
   # (a removed row's lse is -inf where no row is kept: squared after the mask, so that
   # its zero cotangent meets no infinite slope)
   z = (jnp.zeros((), loss.dtype) if is_zero(lse_square_scale) else
-       lse_square_scale * sum(_mean(jnp.square(_stat(l, valid)), valid) for l in lses)
+       in_dtype(lse_square_scale, loss.dtype) * sum(_mean(jnp.square(_stat(l, valid)), valid) for l in lses)
        / len(lses))
   hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
   ok = value_checks(arrays, hyper)

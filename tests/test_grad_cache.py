@@ -93,6 +93,23 @@ def test_has_aux():
     towers.assert_close((loss, grads), (loss_ref, grads_ref), 1e-10)
 
 
+@pytest.mark.parametrize("out", ["scalar", "3-tuple", "length-2 array"])
+def test_has_aux_needs_a_loss_aux_tuple(out):
+  # As jax.value_and_grad(has_aux=True) (checked here too): anything but a 2-tuple is
+  # a TypeError at trace time (a scalar was an IndexError; a 3-tuple or a length-2
+  # array was taken apart silently).
+  def loss_fn(p, e):
+    loss = memeff_jax.clip_loss(e["a"], e["b"], backend="blockwise")
+    return {"scalar": loss, "3-tuple": (loss, loss, loss),
+            "length-2 array": jnp.stack([loss, loss])}[out]
+  params, batch = towers.params(jnp.float32), towers.batch(6, jnp.float32)
+  with pytest.raises(TypeError, match="two-element tuple"):
+    jax.value_and_grad(lambda p: loss_fn(p, towers.embed(p, batch, None)), has_aux=True)(
+        params)
+  with pytest.raises(TypeError, match=r"loss_fn must return a \(loss, aux\) tuple"):
+    grad_cache(towers.embed, loss_fn, chunk_size=4, has_aux=True)(params, batch)
+
+
 def test_no_recompilation_for_new_values():
   traces = []
   def embed(p, chunk, key):
@@ -240,23 +257,45 @@ def test_nnx_step_with_dropout_batch_norm_and_a_learnable_temperature():
     assert int(model.drop.rngs.count[...]) == 3 * 2   # 3 chunks x 2 dropout calls
 
 
-def test_under_sharded_with_global_arrays():
+@pytest.mark.parametrize("mesh_kind", ["Mesh", "make_mesh under set_mesh"])
+def test_under_sharded_with_global_arrays(mesh_kind):
   # Global arrays through memeff_jax.sharded: the step closes over the (replicated)
   # params and takes the ring's axis_name from sharded (None when sharded probes the
   # global shapes), the batch is split over the mesh axis; equal to the plain step on
-  # one device (no dropout).
-  mesh = jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",))
+  # one device (no dropout). Also on jax.make_mesh's Explicit axes inside
+  # jax.set_mesh, as sharded's docstring suggests (there pass 1's buffers, made with
+  # the context's mesh, failed a ShardingTypeError against the embeddings).
   embed = functools.partial(towers.embed, dropout=False)
   with jax.enable_x64(True):
     params, batch = towers.params(jnp.float64), towers.batch(32, jnp.float64)
-
-    @jax.jit
-    def global_step(params, batch):
-      def per_shard(b, axis_name):
-        step = grad_cache(embed, towers.loss("clip", axis_name=axis_name), chunk_size=3)
-        return step(params, b)
-      return memeff_jax.sharded(per_shard, mesh, "data")(batch)
-
-    got = global_step(params, batch)
     want = jax.jit(towers.plain(embed, towers.loss("clip"), 32))(params, batch)
+
+    def global_step(mesh):
+      @jax.jit
+      def step(params, batch):
+        def per_shard(b, axis_name):
+          step = grad_cache(embed, towers.loss("clip", axis_name=axis_name), chunk_size=3)
+          return step(params, b)
+        return memeff_jax.sharded(per_shard, mesh, "data")(batch)
+      return step(params, batch)
+
+    if mesh_kind == "Mesh":
+      got = global_step(jax.sharding.Mesh(np.array(jax.devices()[:8]), ("data",)))
+    else:
+      mesh = jax.make_mesh((8,), ("data",))
+      with jax.set_mesh(mesh):
+        got = global_step(mesh)
     towers.assert_close(got, want, 1e-10)
+
+
+@pytest.mark.parametrize("chunk", [2, 3])
+def test_unplaced_inputs_under_set_mesh(chunk):
+  # Inside jax.set_mesh (Explicit axes), inputs not placed on the mesh: equal to the
+  # plain step run there (chunks that divide the batch, and a remainder). Without
+  # dropout, whose random bits would carry the context's mesh into the embeddings.
+  params, batch = towers.params(jnp.float32), towers.batch(10, jnp.float32)
+  loss_fn = towers.loss("clip")
+  with jax.set_mesh(jax.make_mesh((8,), ("data",))):
+    got = jax.jit(grad_cache(towers.embed, loss_fn, chunk_size=chunk))(params, batch)
+    want = jax.jit(towers.plain(towers.embed, loss_fn, chunk))(params, batch)
+  towers.assert_close(got, want, 1e-5)

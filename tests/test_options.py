@@ -232,10 +232,10 @@ def test_traced_temperature_outside_the_normal_range_is_nan(t, backend):
 
 @pytest.mark.parametrize("backend", ["blockwise", "reference"])
 def test_float64_options_leave_the_loss_in_the_features_dtype(backend):
-  # Under x64, float64 traced options (temperature, a per-row tau_plus, SigLIP's bias)
-  # leave the loss and its statistics float32 for float32 and 16-bit features (float64
-  # for float64 ones), and the value that of float32 options to 1e-6; a float64
-  # temperature or tau_plus made them float64.
+  # Under x64, float64 options (temperature, a per-row tau_plus, label smoothing, the
+  # z-loss's weight, SigLIP's bias), as jax arrays or numpy values, leave the loss and
+  # its statistics float32 for float32 and 16-bit features (float64 for float64 ones),
+  # and the value that of float32 options to 1e-6; each of them made them float64.
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -243,20 +243,25 @@ def test_float64_options_leave_the_loss_in_the_features_dtype(backend):
   with jax.enable_x64(True):
     for dtype in (jnp.float32, jnp.bfloat16, jnp.float64):
       want = jnp.float64 if dtype == jnp.float64 else jnp.float32
-      for fn, opts in ((mj.clip_loss_with_stats, dict(tau_plus=np.full(6, 0.05))),
-                       (mj.qwen3_loss_with_stats, dict(tau_plus=np.full(6, 0.05))),
+      softmax = dict(tau_plus=np.full(6, 0.05), label_smoothing=0.1, lse_square_scale=1e-3)
+      for fn, opts in ((mj.clip_loss_with_stats, softmax),
+                       (mj.qwen3_loss_with_stats, softmax),
                        (mj.siglip_loss_with_stats, dict(bias=-1.0))):
         got = {}
-        for opt_dtype in (jnp.float64, jnp.float32):
-          o = {k: jnp.asarray(v, opt_dtype) for k, v in opts.items()}
-          got[opt_dtype] = fn(x.astype(dtype), y.astype(dtype), backend=backend,
-                              temperature=jnp.asarray(0.07, opt_dtype), **o)
-        loss, stats = got[jnp.float64]
-        assert loss.dtype == want, (fn.__name__, dtype, loss.dtype)
-        for name, v in stats._asdict().items():
-          if v is not None and "accuracy" not in name:
-            assert v.dtype == want, (fn.__name__, dtype, name, v.dtype)
-        np.testing.assert_allclose(loss, got[jnp.float32][0], rtol=1e-6)
+        for kind in ("jax", "numpy", "float32"):
+          as_opt = {"jax": lambda v: jnp.asarray(v, jnp.float64),
+                    "numpy": lambda v: np.asarray(v, np.float64)[()],   # np.float64 0-d
+                    "float32": lambda v: jnp.asarray(v, jnp.float32)}[kind]
+          o = {k: as_opt(v) for k, v in opts.items()}
+          got[kind] = fn(x.astype(dtype), y.astype(dtype), backend=backend,
+                         temperature=as_opt(0.07), **o)
+        for kind in ("jax", "numpy"):
+          loss, stats = got[kind]
+          assert loss.dtype == want, (fn.__name__, kind, dtype, loss.dtype)
+          for name, v in stats._asdict().items():
+            if v is not None and "accuracy" not in name:
+              assert v.dtype == want, (fn.__name__, kind, dtype, name, v.dtype)
+          np.testing.assert_allclose(loss, got["float32"][0], rtol=1e-6)
 
 
 @pytest.mark.parametrize("name,bad", [("temperature", -0.1), ("tau_plus", 1.5),
