@@ -18,7 +18,14 @@ from jax.experimental import checkify
 from memeff_jax._options import OPTIONS
 from memeff_jax._validation import _is_python_number, check_flag
 
-_CHECKIFY = [os.environ.get("MEMEFF_JAX_CHECKIFY", "0") not in ("", "0")]
+
+def env_switch(value: str | None) -> bool:
+  """An environment switch: off when unset, empty, "0", "false", "no" or "off" (any
+  case), else on."""
+  return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+_CHECKIFY = [env_switch(os.environ.get("MEMEFF_JAX_CHECKIFY"))]
 
 
 @contextlib.contextmanager
@@ -36,7 +43,8 @@ def checkify_checks(enabled: bool = True):
 
   The switch is read when a loss is traced: a function jitted (and traced) before
   the block keeps its trace. ``MEMEFF_JAX_CHECKIFY=1`` in the environment turns
-  the checks on for the whole process.
+  the checks on for the whole process (``0``, ``false``, ``no``, ``off`` or empty:
+  off).
 
   Example::
 

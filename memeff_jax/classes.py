@@ -237,7 +237,8 @@ class MatryoshkaLoss:
 
   Raises:
     ValueError, TypeError: as :func:`memeff_jax.matryoshka` raises them (a base loss
-      with ``normalized_inputs=True``, bad dims or weights), at construction.
+      that is not callable or has ``normalized_inputs=True``, bad dims or weights), at
+      construction.
   """
 
   base_loss: Callable[..., jax.Array]
@@ -246,6 +247,9 @@ class MatryoshkaLoss:
 
   def __post_init__(self):
     _MatryoshkaOptions.__post_init__(self)
+    if not callable(self.base_loss):
+      raise TypeError(f"base_loss must be a callable loss, got {type(self.base_loss).__name__} "
+                      f"base_loss={self.base_loss!r}")
     # Checks the base loss (normalized_inputs=True raises, a field or a partial's keyword).
     memeff_jax.matryoshka(self.base_loss, self.dims, weights=self.weights)
 

@@ -113,6 +113,7 @@ class _LossModule(_Temperature):
     check_flag("matryoshka_per_dim", self.matryoshka_per_dim, allow_none=True)
     super().__post_init__()
 
+  @nn.nowrap   # called in __post_init__, before the module has a scope (tabulate)
   def _initial_params(self) -> dict[str, float]:
     names = ("temperature",) + self._spec.params
     return initial_params(self._spec, {n: getattr(self, n) for n in names})

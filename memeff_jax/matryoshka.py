@@ -48,8 +48,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
       (when called); ``weights`` of the wrong length or non-finite;
       ``normalized_inputs=True`` (passed, or bound by ``functools.partial`` or a
       class field).
-    TypeError: non-int dims, non-number weights; a ``loss_fn`` that returns no
-      scalar (a ``*_with_stats`` function).
+    TypeError: a ``loss_fn`` that is not callable, non-int dims, non-number weights;
+      a ``loss_fn`` that returns no scalar (a ``*_with_stats`` function).
 
   References:
     Kusupati et al., `Matryoshka Representation Learning
@@ -64,6 +64,9 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     >>> bool(jnp.allclose(eager, fused, rtol=1e-4))
     True
   """
+  if not callable(loss_fn):
+    raise TypeError(f"loss_fn must be a callable loss, got {type(loss_fn).__name__} "
+                    f"loss_fn={loss_fn!r}")
   dims = check_dims("dims", dims)
   weights = check_weights("weights", weights, len(dims))
   # normalized_inputs=True bound into the loss: a partial's keyword or a class field

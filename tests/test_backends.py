@@ -180,6 +180,16 @@ def test_evolve_and_errors_name_both_spellings():
     KernelConfig(fwd_blok_m=64)
   with pytest.raises(TypeError, match="FwdTiles"):
     KernelConfig(fwd=BwdTiles())
+  # evolve: a whole group replaces it; an unknown group, a flat name or a value of
+  # another kind raise naming it (were an unchanged copy, silently, and a TypeError
+  # from dataclasses naming no group).
+  assert cfg.evolve(fwd=FwdTiles(block_m=32)).fwd == FwdTiles(block_m=32)
+  for bad, pattern in [(dict(fwdd=dict(block_m=128)), r"unexpected group\(s\) \['fwdd'\]"),
+                       (dict(fwd_block_m=128), r"unexpected group\(s\) \['fwd_block_m'\]"),
+                       (dict(fwd=BwdTiles()), "fwd= must be a dict of FwdTiles's fields"),
+                       (dict(fwd=dict(blok_m=32)), "blok_m")]:
+    with pytest.raises(TypeError, match=pattern):
+      cfg.evolve(**bad)
 
 
 @pytest.mark.parametrize("dims", [None, (8, 24)])

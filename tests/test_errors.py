@@ -396,6 +396,11 @@ def test_matryoshka_eager_validation():
     eager(image_features=x, backend="blockwise")
   with pytest.raises(TypeError, match="clip_loss\\(\\) got an unexpected keyword argument 'bogus'"):
     eager(x, x, bogus=1)
+  # A loss that is no callable, at once (was "'int' object is not callable" at the call).
+  with pytest.raises(TypeError, match="loss_fn must be a callable loss, got str"):
+    mj.matryoshka("clip_loss", (4, 8))
+  with pytest.raises(TypeError, match="base_loss must be a callable loss, got int"):
+    C.MatryoshkaLoss(3, (4, 8))
 
 
 def test_matryoshka_dims_as_arrays():

@@ -246,6 +246,17 @@ def test_linen_fixed_temperature():
                              rtol=1e-6)
 
 
+def test_linen_tabulate():
+  # Flax's tabulate intercepts every wrapped method, and the modules' construction
+  # check ran one before the module had a scope (a bare AssertionError). The table
+  # lists the loss and its logit_scale parameter, as for any Linen module.
+  x, y, _, _ = _data()
+  table = _linen_loss("clip", temperature=0.05).tabulate(jax.random.key(0), x, y)
+  assert "logit_scale" in table and "CLIPLoss" in table
+  table = LinenModel(_linen_loss("clip")).tabulate(jax.random.key(0), x, y)
+  assert "CLIPLoss" in table, table
+
+
 # --- both -----------------------------------------------------------------------------
 
 

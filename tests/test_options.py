@@ -4,6 +4,7 @@ must agree with it."""
 
 import dataclasses
 import inspect
+import os
 
 import pytest
 
@@ -281,3 +282,19 @@ def test_traced_range_from_the_table(name, bad):
     err, loss = checkify.checkify(f)(jnp.float32(bad))
   assert jnp.isnan(loss)
   assert f"{name} must be {_options.OPTIONS[name].traced.what}" in err.get()
+
+
+def test_checkify_environment_switch():
+  # MEMEFF_JAX_CHECKIFY: the usual spellings of off are off ("false" turned the checks
+  # on); anything else is on. A fresh process reads the variable as it imports.
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  off = [None, "", "0", "false", "FALSE", "no", "off", " Off "]
+  on = ["1", "true", "yes", "on", "2"]
+  assert [_checkify.env_switch(v) for v in off + on] == [False] * len(off) + [True] * len(on)
+  env = {k: v for k, v in os.environ.items() if k != "MEMEFF_JAX_CHECKIFY"}
+  got = [subprocess.run([sys.executable, "-c", "from memeff_jax import _checkify; "
+                         "print(_checkify._CHECKIFY[0])"], env=dict(env, MEMEFF_JAX_CHECKIFY=v),
+                        capture_output=True, text=True, check=True).stdout.strip()
+         for v in ("false", "1")]
+  assert got == ["False", "True"], got

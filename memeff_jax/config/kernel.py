@@ -337,9 +337,24 @@ class KernelConfig:
 
   def evolve(self, **groups: dict) -> "KernelConfig":
     """A copy with some fields of some groups changed:
-    ``cfg.evolve(fwd=dict(block_m=128), algorithm=dict(fwd_tiled=True))``."""
-    return KernelConfig(**{name: dataclasses.replace(getattr(self, name), **groups.get(name, {}))
-                           for name in _GROUPS})
+    ``cfg.evolve(fwd=dict(block_m=128), algorithm=dict(fwd_tiled=True))``; a group
+    may also be replaced whole (``fwd=FwdTiles(...)``). An unknown group or field (the
+    flat names too: ``KernelConfig(...)`` takes those) raises TypeError."""
+    unknown = sorted(set(groups) - set(_GROUPS))
+    if unknown:
+      raise TypeError(f"KernelConfig.evolve got unexpected group(s) {unknown}; the groups "
+                      f"are {list(_GROUPS)}")
+    new = {}
+    for name, cls in _GROUPS.items():
+      v = groups.get(name, {})
+      if isinstance(v, cls):
+        new[name] = v
+      elif isinstance(v, dict):
+        new[name] = dataclasses.replace(getattr(self, name), **v)
+      else:
+        raise TypeError(f"KernelConfig.evolve {name}= must be a dict of {cls.__name__}'s "
+                        f"fields or a {cls.__name__}, got {type(v).__name__}")
+    return KernelConfig(**new)
 
   def __getattr__(self, name: str):
     # The flat names of earlier releases, read from their group.
