@@ -54,8 +54,8 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
   again for its gradient, so dropout is identical in both.
 
   What it costs: one chunk's activations plus the ``[B, ...]`` embeddings and their
-  gradients (the parameter gradients are accumulated in place; a shorter last chunk's
-  embeddings join the others' by one copy); two encoder forwards and one backward. An embedding whose loss gradient is zero by construction (a locked
+  gradients (the parameter gradients are accumulated in place); two encoder forwards
+  and one backward. An embedding whose loss gradient is zero by construction (a locked
   tower: :func:`memeff_jax.lit_loss`'s image features, a tower under
   ``lax.stop_gradient``) is not embedded again. ``step`` traces once per shape: new
   values (a temperature, a new batch of the same size) do not recompile under
