@@ -45,9 +45,11 @@ from typing import Any, Hashable
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from memeff_jax import ring
+from memeff_jax._compat import varying_axes
 from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax.backends.base import Block, Side, unscale_rows
 from memeff_jax.config import KernelConfig
@@ -140,19 +142,33 @@ def _op(spec: BlockSpec):
     if g_row is None and g_col is None:
       return (None,) * 9
     if unit is not None:
-      return _scaled(need, block, scale, unit, g_row)
-    if rows is not None:
-      return _rows_scaled(spec, need, block, scale, row_thr, lse_row, rows, g_row)
-    residual = spec.reduction.residual
-    row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
-    col = None if g_col is None else Side(residual(lse_col), g_col, None)
-    dx, dy, dscale, dxt, dyt, dbias = ring.backward(spec, need, block, scale, row, col)
-    return dx, dy, dscale, None, dxt, dyt, None, None, dbias
+      out = _scaled(need, block, scale, unit, g_row)
+    elif rows is not None:
+      out = _rows_scaled(spec, need, block, scale, row_thr, lse_row, rows, g_row)
+    else:
+      residual = spec.reduction.residual
+      row = None if g_row is None else Side(residual(lse_row), g_row, row_thr)
+      col = None if g_col is None else Side(residual(lse_col), g_col, None)
+      dx, dy, dscale, dxt, dyt, dbias = ring.backward(spec, need, block, scale, row, col)
+      out = dx, dy, dscale, None, dxt, dyt, None, None, dbias
+    primals = (block.x, block.y, scale, None, block.x_tab, block.y_tab, None, None, block.bias)
+    return tuple(map(_summed_like, out, primals))
 
   op.defvjp(fwd, bwd, symbolic_zeros=True)
   # Under jit, so that a user's eager shard_map can run it (JAX has no eager
   # symbolic-zeros custom_vjp inside shard_map).
   return jax.jit(op)
+
+
+def _summed_like(ct, primal):
+  """Inside shard_map: a cotangent summed over the mesh axes it varies over and its
+  primal does not, as JAX's own transposes sum them (a replicated temperature's or
+  bias's gradient from this device's rows: over the ring's axis and any data-parallel
+  one beside it)."""
+  if ct is None or primal is None:
+    return ct
+  extra = varying_axes(ct) - varying_axes(primal)
+  return lax.psum(ct, tuple(sorted(extra, key=str))) if extra else ct
 
 
 def _fuses(spec: BlockSpec, need, block: Block, row_thr) -> bool:

@@ -197,14 +197,15 @@ TABLE = (
            raises=((ValueError, "``matryoshka_per_dim`` without ``matryoshka_dims`` or "
                                 "contradicting the config's field"),
                    (TypeError, "a ``matryoshka_per_dim`` that is no bool or None"))),
-    Option("axis_name", None, """inside ``jax.shard_map``: the mesh axis (or tuple of axes) the
-      batch is sharded over. The arrays are this device's contiguous shard; every
-      device returns the global loss, and the gradients are the local rows of the
-      global loss's gradient (docs/math.md §9). :func:`memeff_jax.sharded` does this
-      for global arrays.""",
+    Option("axis_name", None, """inside ``jax.shard_map`` (``check_vma=True``, JAX's default):
+      the mesh axis (or tuple of axes) the batch is sharded over. The arrays are this
+      device's contiguous shard; every device returns the global loss, and the
+      gradients are the local rows of the global loss's gradient (docs/math.md §9).
+      :func:`memeff_jax.sharded` does this for global arrays.""",
            check=lambda v, c: check_axis(v, *c.arrays, mask=c.got.get("where")) or v,
            type=Hashable | None,
-           raises=((ValueError, "an unbound ``axis_name`` or replicated arrays with one"),)),
+           raises=((ValueError, "an unbound ``axis_name``, replicated arrays with one, or "
+                                "``check_vma=False``"),)),
     # Qwen3's own options (the flags, the partition, then the margin).
     _flag("use_qq_negatives", False,
           """add the other queries to row i's candidates (q-q block)."""),

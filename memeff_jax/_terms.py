@@ -189,7 +189,9 @@ def stable_scale(loss, *, stable: bool, batch: int, temperature):
   # (sqrt(B) sqrt(t): B t itself may pass the largest float where the factor does not)
   factor = jnp.sqrt(jnp.asarray(batch, loss.dtype)) * jnp.sqrt(
       lax.stop_gradient(jnp.asarray(temperature, loss.dtype)))
-  return loss + (factor - 1.0) * (loss - lax.stop_gradient(loss))
+  # (an overflowed loss stays inf: inf - inf would make it NaN)
+  return jnp.where(jnp.isfinite(loss),
+                   loss + (factor - 1.0) * (loss - lax.stop_gradient(loss)), loss)
 
 
 def poison(loss, ok, inputs, axis_name=None):

@@ -240,9 +240,10 @@ def check_config(config, backend: str):
 
 def check_axis(axis_name, *arrays, mask=None) -> None:
   """axis_name (a mesh axis or a tuple of them) must be bound, i.e. we are inside
-  shard_map over it, and ``arrays`` ((name, array or None) pairs) must be this
-  device's shard: varying over every named axis, not replicated. With a ``where``
-  ``mask``, an array counts as varying where its masked rows would (either does)."""
+  shard_map over it with JAX's varying-axis checks on, and ``arrays`` ((name, array
+  or None) pairs) must be this device's shard: varying over every named axis, not
+  replicated. With a ``where`` ``mask``, an array counts as varying where its masked
+  rows would (either does)."""
   if axis_name is None:
     return
   for axis in axis_name if isinstance(axis_name, tuple) else (axis_name,):
@@ -252,8 +253,12 @@ def check_axis(axis_name, *arrays, mask=None) -> None:
       raise ValueError(f"axis_name={axis_name!r} is not bound here: call the loss inside "
                        f"jax.shard_map over a mesh with that axis, or wrap it with "
                        f"memeff_jax.sharded") from e
-    if axis not in varying_axes(index):
-      continue   # shard_map(check_vma=False): replication is not tracked
+    if axis not in varying_axes(index):   # shard_map(check_vma=False)
+      raise ValueError(
+          f"axis_name={axis_name!r} needs jax.shard_map(..., check_vma=True) (JAX's "
+          f"default): with check_vma=False JAX does not track which values vary over "
+          f"{axis!r}, and jax.grad would return each input's gradient times the "
+          f"devices on the ring (the global loss's all-reduce transposes to another)")
     mask_axes = frozenset() if mask is None else varying_axes(mask)
     for name, v in arrays:
       if v is not None and axis not in varying_axes(v) | mask_axes:

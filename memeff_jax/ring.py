@@ -23,7 +23,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax._compat import to_varying, varying_axes
+from memeff_jax._compat import to_varying, vary_like
 from memeff_jax._terms import glue_dtype
 from memeff_jax.backends.base import Block, Side, rows_dtype
 
@@ -53,6 +53,13 @@ def _lap(size, step, carry):
   """Hops 0 .. size-2 send the visiting block on; the last hop keeps it."""
   carry = lax.fori_loop(0, size - 1, lambda h, c: step(h, c, True), carry)
   return step(size - 1, carry, False)
+
+
+def _carry(v, axis, *refs):
+  """A loop carry's initial values (a pytree) varying over the ring's axis and over
+  every axis ``refs`` vary over (a data-parallel axis beside the ring's, whose shards
+  hold other batches), as the values the loop body makes."""
+  return vary_like(to_varying(v, axis), *refs)
 
 
 def _local(spec, block: Block) -> Block:
@@ -165,12 +172,12 @@ def _forward(spec, block: Block, scale, row_thr, *, bounded):
     return y_next, yt_next, ym_next, lse_row, lse_col, max_row, max_col
 
   k = () if spec.dims is None else (len(spec.dims),)
-  full = lambda size_, v: to_varying(jnp.full(k + (size_,), v, glue_dtype(x.dtype)), axis)
+  full = lambda size_, v: _carry(jnp.full(k + (size_,), v, glue_dtype(x.dtype)), axis, block)
   cols = full(m, red.empty) if spec.two_sided else None   # the merge's identity
   maxima = (full(n, -jnp.inf), full(m, -jnp.inf) if spec.two_sided else None)
   maxima = maxima if spec.want_max else (None, None)
   # (what travels varies over the ring once sent, device-invariant columns too)
-  init = to_varying(_columns(block), axis) + (full(n, red.empty), cols) + maxima
+  init = _carry(_columns(block), axis, block) + (full(n, red.empty), cols) + maxima
   return _lap(size, step, init)[3:]
 
 
@@ -228,7 +235,7 @@ def backward(spec, need: Need, block: Block, scale, row, col):
   if size == 1:
     dx, sx, dy, sy, ux, uy = grads(_columns(block), col, 0)
   else:
-    zeros = lambda shape: to_varying(jnp.zeros(shape, glue_dtype(x.dtype)), axis)
+    zeros = lambda shape: _carry(jnp.zeros(shape, glue_dtype(x.dtype)), axis, block, col)
     k = () if spec.dims is None else (len(spec.dims),)
 
     add = lambda a, b: None if a is None else a + b
@@ -245,7 +252,7 @@ def backward(spec, need: Need, block: Block, scale, row, col):
         dy, sy, uy = shift((dy + d_y, add(sy, c_y), add(uy, u_y)))
       return (*nxt, dx, sx, dy, sy, ux, uy)
 
-    init = (*to_varying(_columns(block) + (col,), axis),
+    init = (*_carry(_columns(block) + (col,), axis, block, col),
             zeros(x.shape) if want_x else None, zeros(k + (n,)) if cs_x else None,
             zeros(y.shape) if want_y else None, zeros(k + (m,)) if cs_y else None,
             zeros(k + (n,)) if c1_x else None, zeros(k + (m,)) if c1_y else None)
@@ -254,13 +261,10 @@ def backward(spec, need: Need, block: Block, scale, row, col):
   dscale = dx_tab = dy_tab = dbias = None
   if need.scale:
     # sum_ij c_ij s_ij; a symmetric pass counts every pair from both of its rows.
+    # (summed over the devices by the op's bwd, where the temperature is replicated)
     dscale = jnp.sum(sx if sx is not None else sy) * (0.5 if sym else 1.0)
-    if axis is not None and axis not in varying_axes(scale):
-      dscale = lax.psum(dscale, axis)
   if need.bias:   # sum_ij c_ij, alike
     dbias = jnp.sum(ux if ux is not None else uy) * (0.5 if sym else 1.0)
-    if axis is not None and axis not in varying_axes(block.bias):
-      dbias = lax.psum(dbias, axis)
   if need.x_tab:
     dx_tab = scale * sx / x_tab
   if need.y_tab:

@@ -148,6 +148,12 @@ def test_stable_factor(backend):
   with pytest.warns(UserWarning, match="looks like a logit scale"):
     on, off = (clip_loss(x, y, temperature=t, stable=s, backend=backend) for s in (True, False))
   assert np.isfinite(off) and on == off, (on, off)
+  # Near the smallest temperature accepted the blockwise CLIP loss overflows to inf
+  # (its two directions' row sums pass the largest float32 before the mean; the
+  # reference's is 5.4e37): stable keeps that value too (was NaN from inf - inf).
+  on, off = (clip_loss(x, y, temperature=2e-38, stable=s, backend=backend)
+             for s in (True, False))
+  assert not np.isnan(off) and on == off, (on, off)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

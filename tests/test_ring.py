@@ -172,6 +172,89 @@ def test_every_device_returns_the_global_loss():
   np.testing.assert_allclose(per_device, mj.clip_loss(q, d, backend="blockwise"), rtol=2e-6)
 
 
+@pytest.mark.parametrize("backend,case", [("blockwise", "clip"), ("blockwise", "qwen3"),
+                                          ("blockwise", "lit_tau_rows"), ("interpret", "clip")])
+def test_ring_beside_a_data_parallel_axis(backend, case):
+  # A 2 x 2 mesh: the ring over "batch", and "dp" data-parallel (each dp group its own
+  # 12 rows, so the shards vary over both axes). Each group gets its own rows' loss
+  # and gradients, as one device on those rows, and the replicated temperature the sum
+  # of the groups' gradients (the ring's carries varied over its own axis only: a scan
+  # carry type error at trace time).
+  fn, arrays, kw = _setup(case, backend)
+  n = len(arrays)
+  tau = kw.pop("tau_plus", 0.0)
+  rows = [tau] if np.ndim(tau) else []
+  mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("dp", "batch"))
+
+  def per_device(t, *a):
+    f = lambda *b: fn(*b[:-1], temperature=b[-1], tau_plus=a[n] if rows else tau,
+                      axis_name="batch", **kw)
+    v, g = jax.value_and_grad(f, argnums=tuple(range(n + 1)))(*a[:n], t)
+    return v[None], g[:n], g[n]
+
+  shard = P(("dp", "batch"))
+  run = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) + (shard,) * (n + len(rows)),
+                      out_specs=(P("dp"), (shard,) * n, P()), check_vma=True)
+  v, g, gt = jax.jit(run)(jnp.float32(0.07), *arrays, *rows)
+  half, want_t = B // 2, 0.0
+  for group in range(2):
+    part = lambda a: a[group * half:(group + 1) * half]
+    want = _single(fn, [part(a) for a in arrays],
+                   dict(kw, tau_plus=part(tau) if rows else tau))
+    _assert_same((v[group], tuple(part(a) for a in g)), (want[0], want[1][:n]))
+    want_t = want_t + want[1][n]
+  assert grad_err(gt, want_t) <= 6e-5, (float(gt), float(want_t))
+
+
+@pytest.mark.parametrize("backend,family", [("blockwise", "clip"), ("interpret", "clip"),
+                                            ("blockwise", "siglip")])
+def test_per_device_losses_with_a_replicated_temperature(backend, family):
+  # No ring: inside shard_map each of 4 devices takes its own rows' loss, the
+  # temperature (and SigLIP's bias) replicated. Each device's row gradients are its
+  # loss's; the replicated options' gradients are summed over the devices, as JAX sums
+  # them for any replicated input (the op's bwd returned them varying: a custom_vjp
+  # type error at trace time).
+  x, y, _, _ = ring_batch(B, D, K)
+  fn = {"clip": mj.clip_loss, "siglip": mj.siglip_loss}[family]
+  opts = [jnp.float32(0.07)] + ([jnp.float32(-2.0)] if family == "siglip" else [])
+  names = ["temperature", "bias"][:len(opts)]
+
+  def loss(a, b, *o):
+    return fn(a, b, backend=backend, **dict(zip(names, o)))
+
+  def per_device(a, b, *o):
+    v, g = jax.value_and_grad(loss, argnums=tuple(range(2 + len(o))))(a, b, *o)
+    return v[None], g
+
+  run = jax.shard_map(per_device, mesh=Mesh(np.array(jax.devices()[:4]), ("dp",)),
+                      in_specs=(P("dp"), P("dp")) + (P(),) * len(opts),
+                      out_specs=(P("dp"), (P("dp"), P("dp")) + (P(),) * len(opts)),
+                      check_vma=True)
+  v, g = jax.jit(run)(x, y, *opts)
+  q = B // 4
+  wants = [jax.value_and_grad(loss, argnums=tuple(range(2 + len(opts))))(
+      x[i * q:(i + 1) * q], y[i * q:(i + 1) * q], *opts) for i in range(4)]
+  for i, (wv, wg) in enumerate(wants):
+    assert rel_err(v[i], wv) <= 2e-6, (i, float(v[i]), float(wv))
+    for a, b in zip(g[:2], wg[:2]):
+      assert grad_err(a[i * q:(i + 1) * q], b) <= 2e-5
+  for j in range(2, 2 + len(opts)):
+    want = sum(wg[j] for _, wg in wants)
+    assert grad_err(g[j], want) <= 6e-5, (names[j - 2], float(g[j]), float(want))
+
+
+def test_check_vma_off_is_refused():
+  # shard_map(check_vma=False) tracks no varying axes, so jax.grad of the global loss
+  # would return W times each input's gradient: refused at trace time, naming it.
+  q, d, _, _ = ring_batch(B, D, K)
+  run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",
+                                                backend="blockwise")[None],
+                      mesh=_mesh(4), in_specs=(P("batch"), P("batch")),
+                      out_specs=P("batch"), check_vma=False)
+  with pytest.raises(ValueError, match="axis_name='batch' needs jax.shard_map.*check_vma=True"):
+    jax.jit(run)(q, d)
+
+
 def test_with_stats_through_sharded():
   q, d, _, _ = ring_batch(B, D, K)
   f = mj.sharded(mj.clip_loss_with_stats, _mesh(4), "batch")
