@@ -266,7 +266,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   per_dim = sum(ctx.row_sum(ell) for ell, _ in terms) / (len(terms) * ctx.batch)
   z = jnp.zeros_like(per_dim)
   if not is_zero(z_scale):
-    z = in_dtype(z_scale, acc) * sum(ctx.row_sum(lse * lse) for _, lse in terms) / (len(terms) * ctx.batch)
+    z = in_dtype(z_scale, acc) * sum(ctx.row_sum(lse * lse) for _, lse in terms) / (
+        len(terms) * ctx.batch)
   if not is_zero(eps):
     # Smoothed targets over the C = N + 1 nominal candidates (docs/math.md §7.2):
     # Corr = eps / (B t) * (sum_i s_ii - A / C), alike for every softmax direction.

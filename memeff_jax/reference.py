@@ -116,7 +116,8 @@ def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays,
   # (a removed row's lse is -inf where no row is kept: squared after the mask, so that
   # its zero cotangent meets no infinite slope)
   z = (jnp.zeros((), loss.dtype) if is_zero(lse_square_scale) else
-       in_dtype(lse_square_scale, loss.dtype) * sum(_mean(jnp.square(_stat(l, valid)), valid) for l in lses)
+       in_dtype(lse_square_scale, loss.dtype)
+       * sum(_mean(jnp.square(_stat(l, valid)), valid) for l in lses)
        / len(lses))
   hyper.update(temperature=temperature, lse_square_scale=lse_square_scale)
   ok = value_checks(arrays, hyper)
