@@ -162,13 +162,17 @@ def test_bounded_forward_reruns_on_every_device():
   _assert_same(value_and_grad(loss), value_and_grad(functools.partial(fn, **kw)))
 
 
+def _clip_per_device(check_vma):
+  """CLIP on a 4-device ring inside shard_map, each device's loss as one entry."""
+  return jax.jit(jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",
+                                                         backend="blockwise")[None],
+                               mesh=_mesh(4), in_specs=(P("batch"), P("batch")),
+                               out_specs=P("batch"), check_vma=check_vma))
+
+
 def test_every_device_returns_the_global_loss():
   q, d, _, _ = ring_batch(B, D, K)
-  run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",
-                                                backend="blockwise")[None],
-                      mesh=_mesh(4), in_specs=(P("batch"), P("batch")),
-                      out_specs=P("batch"), check_vma=True)
-  per_device = jax.jit(run)(q, d)
+  per_device = _clip_per_device(check_vma=True)(q, d)
   np.testing.assert_allclose(per_device, mj.clip_loss(q, d, backend="blockwise"), rtol=2e-6)
 
 
@@ -251,12 +255,8 @@ def test_check_vma_off_is_refused():
   # shard_map(check_vma=False) tracks no varying axes, so jax.grad of the global loss
   # would return W times each input's gradient: refused at trace time, naming it.
   q, d, _, _ = ring_batch(B, D, K)
-  run = jax.shard_map(lambda a, b: mj.clip_loss(a, b, axis_name="batch",
-                                                backend="blockwise")[None],
-                      mesh=_mesh(4), in_specs=(P("batch"), P("batch")),
-                      out_specs=P("batch"), check_vma=False)
   with pytest.raises(ValueError, match="axis_name='batch' needs jax.shard_map.*check_vma=True"):
-    jax.jit(run)(q, d)
+    _clip_per_device(check_vma=False)(q, d)
 
 
 def test_with_stats_through_sharded():
