@@ -137,14 +137,19 @@ def check_temperature(t, dtype=jnp.float32):
   if value is None:
     return t
   value = check_temperature_range(float(value), dtype)
-  if value > 1.0:
-    warnings.warn(f"temperature={value} > 1 looks like a logit scale (OpenCLIP's "
+  # the public loss: here <- the table's row <- _options.check <- the chain (2)
+  warn_logit_scale(value, stacklevel=6)
+  return t
+
+
+def warn_logit_scale(t: float, stacklevel: int) -> None:
+  """Warn of a temperature above 1 (a logit scale passed as one?) at the frame
+  ``stacklevel`` up from the caller's."""
+  if t > 1.0:
+    warnings.warn(f"temperature={t} > 1 looks like a logit scale (OpenCLIP's "
                   f"logit_scale.exp(), sentence-transformers' scale=20): the logits are "
                   f"similarity / temperature, so pass temperature = 1 / scale "
-                  f"(here {1.0 / value:.4g})", UserWarning,
-                  # the public loss: here <- the table's row <- _options.check <- the chain (2)
-                  stacklevel=6)
-  return t
+                  f"(here {1.0 / t:.4g})", UserWarning, stacklevel=stacklevel + 1)
 
 
 def check_temperature_range(t: float, dtype=jnp.float32) -> float:

@@ -21,7 +21,8 @@ from jax.typing import ArrayLike
 
 from memeff_jax import clip, lit, qwen3, siglip
 from memeff_jax._options import OPTIONS, SHARED, defaults
-from memeff_jax._validation import check_dims, check_temperature_range, check_weights
+from memeff_jax._validation import (check_dims, check_temperature_range, check_weights,
+                                    warn_logit_scale)
 
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
 MAX_LOGIT_SCALE = 100.0
@@ -163,10 +164,14 @@ def module_params(spec: Spec) -> tuple[str, ...]:
   return ("logit_scale",) + tuple(f"logit_{p}" for p in spec.params)
 
 
-def initial_params(spec: Spec, values: dict[str, Any]) -> dict[str, float]:
+def initial_params(spec: Spec, values: dict[str, Any], max_logit_scale: float | None,
+                   stacklevel: int | None) -> dict[str, float]:
   """A Flax module's parameters, name -> initial Python float, checked here, from the
-  initial ``values`` by option name (the temperature and the spec's params)."""
-  inits = [initial_log_scale(values["temperature"])]
+  initial ``values`` by option name (the temperature and the spec's params) and the
+  module's checked ``max_logit_scale``. ``stacklevel``: the user's frame, seen from
+  here, for the warnings (None: none, the values were checked before)."""
+  inits = [initial_log_scale(values["temperature"], max_logit_scale,
+                             None if stacklevel is None else stacklevel + 1)]
   inits += [initial_value(p, values[p]) for p in spec.params]
   return dict(zip(module_params(spec), inits))
 
@@ -180,6 +185,7 @@ def module_options_doc(spec: Spec) -> str:
   return f"""    max_logit_scale: upper bound on ``1 / t`` (t >= 1 / max_logit_scale), OpenCLIP's
       clamp at 100 by default; None for no bound. The forward pass uses the clamped
       value; above the bound the parameter only receives gradients that bring it back.
+      An initial ``temperature`` below ``1 / max_logit_scale`` raises a ValueError.
 {fill(", ".join(spec.module_shared) + f": the loss options, forwarded unchanged to "
       f":func:`memeff_jax.{spec.function}` at every call (the Matryoshka ones only when "
       f"set).", "    ")}{own}
@@ -246,13 +252,22 @@ def call_loss(fn: Callable, arrays: tuple, *, temperature, options: dict[str, An
   return fn(*arrays, temperature=temperature, **opts)
 
 
-def initial_log_scale(temperature: float) -> float:
+def initial_log_scale(temperature: float, max_logit_scale: float | None,
+                      stacklevel: int | None) -> float:
   """``log(1 / t)`` of a Python temperature, checked here as the losses check theirs
-  (t and 1 / t normal float32 numbers): a parameter starts from it."""
+  (t and 1 / t normal float32 numbers; above 1 it warns): a parameter starts from it.
+  One below ``1 / max_logit_scale`` raises: the loss would use the bound instead."""
   if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
     raise TypeError(f"temperature must be a Python float (the initial value), got "
                     f"{temperature!r}")
-  return math.log(1.0 / check_temperature_range(float(temperature)))
+  t = check_temperature_range(float(temperature))
+  if max_logit_scale is not None and 1.0 / t > max_logit_scale * (1 + 1e-12):
+    raise ValueError(f"temperature={t} is below 1 / max_logit_scale = {1.0 / max_logit_scale:.4g}"
+                     f": the loss would use {1.0 / max_logit_scale:.4g} from the first step; "
+                     f"raise max_logit_scale (or pass None) to start from {t}")
+  if stacklevel is not None:
+    warn_logit_scale(t, stacklevel + 1)
+  return math.log(1.0 / t)
 
 
 def initial_value(name: str, value: float) -> float:

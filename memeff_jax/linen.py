@@ -66,6 +66,7 @@ from __future__ import annotations
 from typing import Any
 
 import flax.linen as nn
+from flax.core.scope import Scope
 import jax
 import jax.numpy as jnp
 
@@ -106,17 +107,22 @@ class _LossModule(_Temperature):
 
   def __post_init__(self):
     # Bad values raise at construction, as in the NNX modules, not at the first apply.
-    self._initial_params()
-    check_flag("learnable", self.learnable)
     check_max_logit_scale(self.max_logit_scale)
+    # Warnings for the user's construction (here <- the dataclass's __init__ <- Flax's
+    # keyword wrapper <- theirs),
+    # not for Flax's clones of it (bound to a scope in init and apply; tabulate's, None).
+    clone = self.parent is None or isinstance(self.parent, Scope)
+    self._initial_params(stacklevel=None if clone else 4)
+    check_flag("learnable", self.learnable)
     matryoshka_options(self.matryoshka_dims, self.matryoshka_weights)
     check_flag("matryoshka_per_dim", self.matryoshka_per_dim, allow_none=True)
     super().__post_init__()
 
   @nn.nowrap   # called in __post_init__, before the module has a scope (tabulate)
-  def _initial_params(self) -> dict[str, float]:
+  def _initial_params(self, stacklevel: int | None = None) -> dict[str, float]:
     names = ("temperature",) + self._spec.params
-    return initial_params(self._spec, {n: getattr(self, n) for n in names})
+    return initial_params(self._spec, {n: getattr(self, n) for n in names},
+                          self.max_logit_scale, None if stacklevel is None else stacklevel + 1)
 
   def setup(self):
     for name, init in self._initial_params().items():

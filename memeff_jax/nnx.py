@@ -73,11 +73,12 @@ class _LossModule(nnx.Module):
                         f"argument {name!r}")
     options = defaults(names, spec.function) | options
     check_flag("learnable", learnable)
+    self.max_logit_scale = check_max_logit_scale(max_logit_scale)
     variable = nnx.Param if learnable else nnx.Variable
-    for name, init in initial_params(spec, options).items():
+    # (the user's frame: here <- the family's __init__ <- nnx's object construction (3))
+    for name, init in initial_params(spec, options, self.max_logit_scale, 6).items():
       setattr(self, name, variable(jnp.asarray(init, jnp.float32)))
     self.learnable = bool(learnable)
-    self.max_logit_scale = check_max_logit_scale(max_logit_scale)
     options = {name: options[name] for name in spec.forwarded}
     options["matryoshka_dims"], options["matryoshka_weights"] = matryoshka_options(
         options["matryoshka_dims"], options["matryoshka_weights"])

@@ -47,6 +47,21 @@ def test_smaller_gpus_get_tiles_that_fit(d, dtype, smem_kib, tma):
   assert max(smem_bytes(cfg, d, jnp.dtype(dtype).itemsize)) <= (smem_kib - 8) * 2**10
 
 
+@pytest.mark.parametrize("d,dtype,error,match", [
+    (-1, None, ValueError, "d must be >= 1"), (0, jnp.float32, ValueError, "d must be >= 1"),
+    (64.0, jnp.float32, TypeError, "d must be an int"),
+    (True, jnp.float32, TypeError, "d must be an int"),
+    (64, None, TypeError, "dtype must be float16, bfloat16"),
+    (64, jnp.int32, TypeError, "dtype must be float16, bfloat16"),
+    (64, "features", TypeError, "dtype must be float16, bfloat16"),
+    (64, jnp.float8_e4m3fn, TypeError, "dtype must be float16, bfloat16")])
+def test_default_config_refuses_what_no_features_have(d, dtype, error, match):
+  # A size no features have, or a dtype no backend computes in, named (d = -1 and
+  # dtype None returned a float64 config).
+  with pytest.raises(error, match=match):
+    default_config(d, dtype)
+
+
 def test_a100_gradient_at_512_is_tiled():
   # The H200's FlashAttention-shaped (64, 64, 2 stages) gradient tile at d = 512 holds
   # 192 KiB: over an A100's 163 KiB, so the gradient switches to the tiled kernel.

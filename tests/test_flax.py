@@ -5,8 +5,10 @@ and gradients, equal the float64 reference's. Small shapes, blockwise backend on
 
 import functools
 import math
+import pathlib
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -262,11 +264,14 @@ def test_linen_tabulate():
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
 def test_bound_clamps(framework):
-  # Initialized past the bound (1/t = 200 > 100): the loss uses t = 1/100.
+  # A log-scale past the bound (1/t = 200 > 100, as training may take it): the loss
+  # uses t = 1/100.
   x, y, _, _ = _data()
-  kw = dict(temperature=0.005, backend="blockwise")
+  kw = dict(temperature=0.01, backend="blockwise")
   if framework == "nnx":
     bounded, free = mnnx.CLIPLoss(**kw), mnnx.CLIPLoss(max_logit_scale=None, **kw)
+    for m in (bounded, free):
+      m.logit_scale[...] = jnp.float32(math.log(200.0))
     value = nnx.jit(lambda m: (m.current_temperature(), m(x, y)))
     (t, got), (t_free, _) = value(bounded), value(free)
   else:
@@ -477,6 +482,34 @@ def test_bad_initial_temperature(framework):
   with pytest.raises(TypeError, match="temperature must be a Python float"):
     make(temperature=jnp.float32(0.07))
   make(temperature=1e-30, max_logit_scale=None)   # a normal float32 still starts
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_initial_temperature_against_the_bound_and_one(framework):
+  # Below 1 / max_logit_scale the loss would use the bound from the first step: refused,
+  # naming both (it was clamped silently). Above 1 (a logit scale passed as one?) it
+  # warns as the loss functions do, at the user's line, once: not again from Flax's
+  # clones of a Linen module in init and apply.
+  cls = (mnnx if framework == "nnx" else mlinen).CLIPLoss
+  for t, bound in [(0.005, 100.0), (0.019, 50.0)]:
+    with pytest.raises(ValueError, match=f"temperature={t} is below 1 / max_logit_scale"):
+      cls(temperature=t, max_logit_scale=bound)
+  for t, bound in [(0.01, 100.0), (0.02, 50.0), (0.005, None)]:   # at the bound, or none
+    cls(temperature=t, max_logit_scale=bound)
+  x = jnp.ones((2, 4))
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    loss = cls(temperature=5.0, max_logit_scale=None, backend="blockwise")
+    if framework == "linen":
+      loss.apply(loss.init(jax.random.key(0), x, x), x, x)
+    else:
+      loss(x, x)
+  assert [(w.category, pathlib.Path(w.filename).name) for w in caught] == [
+      (UserWarning, "test_flax.py")], [(w.filename, str(w.message)) for w in caught]
+  assert "temperature=5.0 > 1 looks like a logit scale" in str(caught[0].message)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    cls(temperature=1.0)   # 1 itself is a temperature
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)

@@ -3,6 +3,8 @@ with Triton 3.6 (docs/benchmarks.md, "Why the default tiles"; benchmarks/bench_c
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig,
@@ -18,6 +20,7 @@ from memeff_jax.config.smem import TILED_FORWARD, fit_smem, pow2
 # (forward alone: CLIP 4.08 -> 2.98; h200_jt04_d64.csv, Matryoshka's smallest per-dim
 # block at D = 512). Above 512, x's rows do not fit shared memory.
 GLUON_FWD = (64, 128, 256, 512)
+_FLOATS = ("float16", "bfloat16", "float32", "float64")   # (bfloat16: ml_dtypes, through jax)
 
 
 def default_config(d: int, dtype, *, interpret: bool = False,
@@ -52,6 +55,17 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   Triton kernel; 224 KiB of shared memory a block), and the 16-bit bounded forward at
   d_pad = 64 to 512 as ``stats_gluon``'s (``FwdTiles.gluon``; ``GLUON_FWD``).
   """
+  if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+    raise TypeError(f"d must be an int (the feature size), got {d!r}")
+  if d < 1:
+    raise ValueError(f"d must be >= 1 (the feature size), got d={d}")
+  try:
+    floating = dtype is not None and np.dtype(dtype).name in _FLOATS
+  except TypeError:
+    floating = False
+  if not floating:
+    raise TypeError(f"dtype must be float16, bfloat16, float32 or float64 (the features'), "
+                    f"got dtype={dtype!r}")
   d_pad = pow2(d)
   wide = np.dtype(dtype).itemsize >= 4
   if interpret:
