@@ -175,8 +175,11 @@ TABLE = (
       "reference" ("auto" picks blockwise); the Triton kernels take fp16, bf16 and
       fp32, and have first-order gradients only (no ``vmap``, no grad-of-grad).""",
            # The backend object (None: the dense reference).
-           check=lambda v, c: backends.resolve(v, c.arrays[0][1].dtype), type=Backend,
+           check=lambda v, c: backends.resolve(v, c.arrays[0][1].dtype,
+                                               c.arrays[0][1].shape), type=Backend,
            raises=((ValueError, "an unknown backend"),
+                   (ValueError, "a symbolic array size (``jax.export``) on a backend other "
+                    "than \"reference\""),
                    (TypeError, "float64 on the Triton backends"))),
     Option("config", None, """optional :class:`memeff_jax.KernelConfig` (tiles, precision of fp32
       dots); None picks :func:`memeff_jax.default_config`. Not with

@@ -120,6 +120,27 @@ def test_guard_refuses_vmap_and_grad_of_grad_on_the_triton_family():
                                                      backend=n)))(jnp.float32(0.1))
 
 
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_symbolic_batch_exports_on_the_reference_alone(family):
+  # jax.export with a symbolic batch: the tiling backends need concrete sizes and say
+  # so, naming the way out (blockwise raised an InconclusiveDimensionOperation from
+  # inside its tiling); the dense reference exports, and its loss at b = 10 is the
+  # loss of a jit at that size.
+  from jax import export   # pylint: disable=g-import-not-at-top
+  fn = {"clip": mj.clip_loss, "siglip": mj.siglip_loss}[family]
+  b, = export.symbolic_shape("b")
+  spec = jax.ShapeDtypeStruct((b, 16), jnp.float32)
+  for backend in ("auto", "blockwise", "interpret"):
+    with pytest.raises(ValueError, match=f"backend='{backend}' needs concrete array sizes.*"
+                       "symbolic size b.*backend='reference'"):
+      export.export(jax.jit(lambda x, y: fn(x, y, backend=backend)))(spec, spec)
+  exported = export.export(jax.jit(lambda x, y: fn(x, y, backend="reference")))(spec, spec)
+  x, y = (jax.random.normal(jax.random.key(i), (10, 16)) for i in (0, 1))
+  np.testing.assert_allclose(exported.call(x, y),
+                             jax.jit(lambda x, y: fn(x, y, backend="blockwise"))(x, y),
+                             rtol=1e-6)
+
+
 @pytest.mark.parametrize("two_sided", [False, True])
 def test_reference_blocks_materialize_what_blockwise_scans(two_sided):
   x, y = jax.random.normal(jax.random.key(1), (2, 37, 16))

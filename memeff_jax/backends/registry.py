@@ -92,11 +92,18 @@ def _interpret_error() -> str | None:
   return None
 
 
-def resolve(backend: str, dtype=jnp.float32) -> Backend:
+def resolve(backend: str, dtype=jnp.float32, shape: tuple = ()) -> Backend:
   """The backend object for ``backend`` and input ``dtype``. The Triton kernels compute
   in fp16 / bf16 / fp32: for float64 "auto" is blockwise, and "triton" / "interpret"
-  raise TypeError."""
+  raise TypeError. A ``shape`` with a symbolic size (``jax.export``'s shape
+  polymorphism) raises ValueError but on "reference": the others tile by the sizes."""
   check(backend)
+  symbolic = [d for d in shape if not isinstance(d, int)]
+  if symbolic and backend != "reference":
+    raise ValueError(f"backend={backend!r} needs concrete array sizes to tile by, got the "
+                     f"symbolic size {symbolic[0]} (jax.export shape polymorphism): export "
+                     f"at concrete sizes, or pass backend='reference' (the dense loss, "
+                     f"O(batch^2) memory)")
   wide = jnp.dtype(dtype) == jnp.float64
   if backend == "auto":
     return FACTORIES["blockwise" if wide or _gpu_triton_error() else "triton"]()
