@@ -17,8 +17,9 @@ stack did not reach it. ``--pending``: the ids not yet passed at a commit and st
 the next run's ``TEST_IDS``. ``unrun``: the ids with no run that held on a stack at
 any commit (tests/test_tooling.py checks none of test_gpu.py's on the README's stacks).
 ``--edited``: the ids that held on a stack only in an earlier form of their test
-function (its syntax tree at each passing row's commit, through git), the ids a test
-edit leaves to re-run there.
+function (a digest of its syntax tree, kept in each row's ``form``, taken from the
+commit through git), the ids a test edit leaves to re-run there (tests/test_tooling.py
+checks none of test_gpu.py's on the README's stacks).
 
   python benchmarks/shard_tests.py --ids ids.txt --shards 14 --calls 2 --call 0 --out DIR
   python benchmarks/shard_tests.py --record gpu_tests.log   # (here, after a run)
@@ -50,7 +51,7 @@ README = ROOT / "README.md"
 GPU_TESTS = "tests/test_gpu.py"   # (relative to ROOT: ``git show C:`` takes it)
 _CALL = re.compile(r"^([0-9.]+)s call +(\S+)$")
 _OUTCOME = re.compile(r"^(\S+::\S+) (PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS)\b")
-_FIELDS = ["date", "commit", "stack", "gpu", "id", "outcome", "seconds"]
+_FIELDS = ["date", "commit", "stack", "gpu", "id", "outcome", "seconds", "form"]
 
 
 def read_durations(path=DURATIONS) -> dict[str, float]:
@@ -92,19 +93,42 @@ def read_ledger(path=LEDGER) -> list[dict]:
     return list(csv.DictReader(f))
 
 
+def function_forms(source: str) -> dict[str, str]:
+  """Each test function of a module's source, by name: a digest of its syntax tree
+  (decorators and parametrization included; comments and layout not)."""
+  return {node.name: hashlib.sha1(ast.dump(node).encode()).hexdigest()[:12]
+          for node in ast.parse(source).body
+          if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+
+
+def forms_at(commit: str, *, repo=ROOT, tests=GPU_TESTS) -> dict[str, str]:
+  """``function_forms`` of ``tests`` at ``commit`` (``git show``); {} where git cannot
+  show it."""
+  out = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{tests}"],
+                       capture_output=True, text=True, check=False)
+  return function_forms(out.stdout) if out.returncode == 0 else {}
+
+
+def _function(test_id: str) -> str:
+  return test_id.split("::")[-1].split("[")[0]
+
+
 def ledger(logs, ids, *, date: str, commit: str, stack: str, gpu: str,
-           path=LEDGER) -> dict[str, int]:
-  """Adds one run (its pytest -v logs, the ``ids`` it was given) to the ledger; returns
-  how many ids got each outcome."""
+           path=LEDGER, repo=ROOT, tests=GPU_TESTS) -> dict[str, int]:
+  """Adds one run (its pytest -v logs, the ``ids`` it was given) to the ledger, each
+  row with its test function's form at ``commit`` (``forms_at``; "" where git cannot
+  show it); returns how many ids got each outcome."""
   outcome, seconds = read_logs(logs)
   rows = {(r["commit"], r["stack"], r["id"]): r for r in read_ledger(path)}
+  forms = forms_at(commit, repo=repo, tests=tests)
   counts = {}
   for i in ids:
     key, got = (commit, stack, i), outcome.get(i, "not run")
     if got == "not run" and rows.get(key, {}).get("outcome") == "passed":
       continue
     rows[key] = dict(date=date, commit=commit, stack=stack, gpu=gpu, id=i, outcome=got,
-                     seconds=f"{seconds[i]:.2f}" if i in seconds else "")
+                     seconds=f"{seconds[i]:.2f}" if i in seconds else "",
+                     form=forms.get(_function(i), ""))
     counts[got] = counts.get(got, 0) + 1
   with open(path, "w", newline="") as f:
     w = csv.DictWriter(f, _FIELDS)
@@ -145,37 +169,30 @@ def unrun(ids, *, stack: str, path=LEDGER) -> list[str]:
   return [i for i in ids if i not in held or broke.get(i, "") > held[i]]
 
 
-def function_forms(source: str) -> dict[str, str]:
-  """Each test function of a module's source, by name: a digest of its syntax tree
-  (decorators and parametrization included; comments and layout not)."""
-  return {node.name: hashlib.sha1(ast.dump(node).encode()).hexdigest()
-          for node in ast.parse(source).body
-          if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
-
-
 def edited(ids, *, stack: str, path=LEDGER, repo=ROOT, tests=GPU_TESTS) -> list[str]:
   """``ids`` that passed or skipped on ``stack`` only in an earlier form of their test
-  function: none of those rows is at a commit whose ``tests`` file (``git show``) has
-  the function as the working tree has it. An id with no such row is ``unrun``'s, not
-  listed here; a commit git cannot show, and a function the working tree no longer
-  has, count as another form. Only the test function is compared: a changed fixture,
-  helper or library is not seen."""
+  function: none of those rows has the function's form (the row's ``form``, or the
+  ``tests`` file's at its commit, ``forms_at``: ast.dump differs between Pythons) as
+  the working tree has it. An id with no
+  such row is ``unrun``'s, not listed here; a row without a form at a commit git cannot
+  show, and a function the working tree no longer has, count as another form. Only the
+  test function is compared: a changed fixture, helper or library is not seen."""
   here = function_forms((pathlib.Path(repo) / tests).read_text())
   forms = {}
 
-  def form_at(commit, fn):
-    if commit not in forms:
-      out = subprocess.run(["git", "-C", str(repo), "show", f"{commit}:{tests}"],
-                           capture_output=True, text=True, check=False)
-      forms[commit] = function_forms(out.stdout) if out.returncode == 0 else {}
-    return forms[commit].get(fn)
+  def same(row, fn):
+    if row.get("form") == here[fn]:
+      return True
+    if row["commit"] not in forms:   # (another Python's ast.dump, or no form)
+      forms[row["commit"]] = forms_at(row["commit"], repo=repo, tests=tests)
+    return forms[row["commit"]].get(fn) == here[fn]
 
   held, current = set(), set()
   for r in read_ledger(path):
     if r["stack"] == stack and r["outcome"] in ("passed", "skipped"):
       held.add(r["id"])
-      fn = r["id"].split("::")[-1].split("[")[0]
-      if r["id"] not in current and fn in here and form_at(r["commit"], fn) == here[fn]:
+      fn = _function(r["id"])
+      if r["id"] not in current and fn in here and same(r, fn):
         current.add(r["id"])
   return [i for i in ids if i in held and i not in current]
 
@@ -238,7 +255,7 @@ def main(argv=None):
                                                 path=a.ledger_file)), end="")
     else:
       counts = ledger(a.ledger, ids, date=a.date, commit=a.commit, stack=a.stack, gpu=a.gpu,
-                      path=a.ledger_file)
+                      path=a.ledger_file, repo=a.repo)
       print(f"ledger {a.ledger_file}: {counts}")
     return
   seconds = expected(ids, read_durations())

@@ -125,13 +125,21 @@ def test_edited_lists_ids_that_held_only_in_an_earlier_form(tmp_path, capsys):
   path, log1, log2 = tmp_path / "ledger.csv", tmp_path / "1.log", tmp_path / "2.log"
   log1.write_text("".join(f"{i} PASSED\n" for i in ids[:3]))
   log2.write_text(f"{ids[2]} SKIPPED\n")
-  run = dict(date="d", gpu="H100", path=path)
+  run = dict(date="d", gpu="H100", path=path, repo=tmp_path)
   shard_tests.ledger([log1], ids[:3], commit=c1, stack="s39", **run)
   shard_tests.ledger([log2], ids[2:3], commit=c2, stack="s39", **run)
   shard_tests.ledger([log1], ids[:3], commit="0000000", stack="s36", **run)
   assert shard_tests.edited(ids, stack="s39", path=path, repo=tmp_path) == [ids[1]]
   assert shard_tests.edited(ids, stack="s36", path=path, repo=tmp_path) == ids[:3]
   assert shard_tests.edited(ids, stack="s31", path=path, repo=tmp_path) == []
+  # Each row keeps its function's form at its commit: without git (a shallow or
+  # exported tree) the answers stand.
+  assert {r["form"] for r in shard_tests.read_ledger(path) if r["commit"] == "0000000"} == {""}
+  saved = tmp_path / "saved.git"
+  (tmp_path / ".git").rename(saved)
+  assert shard_tests.edited(ids, stack="s39", path=path, repo=tmp_path) == [ids[1]]
+  assert shard_tests.edited(ids, stack="s36", path=path, repo=tmp_path) == ids[:3]
+  saved.rename(tmp_path / ".git")
   (tmp_path / "ids").write_text("".join(f"{i}\n" for i in ids))
   shard_tests.main(["--edited", "--ids", str(tmp_path / "ids"), "--stack", "s39",
                     "--ledger-file", str(path), "--repo", str(tmp_path)])
@@ -140,8 +148,9 @@ def test_edited_lists_ids_that_held_only_in_an_earlier_form(tmp_path, capsys):
 
 def test_every_gpu_test_ran_on_each_tested_stack():
   # Each id of tests/test_gpu.py has held (passed, or skipped by design) on every GPU row
-  # of the README's "Tested" table, per gpu_tests_ledger.csv: a GPU test added or
-  # renamed without a device run on each stack fails here.
+  # of the README's "Tested" table, per gpu_tests_ledger.csv, in its test function's
+  # present form: a GPU test added, renamed or edited (body or parametrization) without
+  # a device run on each stack fails here.
   root = pathlib.Path(__file__).resolve().parents[1]
   env = dict(os.environ, MEMEFF_TEST_GPU="1")
   out = subprocess.run(
@@ -152,6 +161,7 @@ def test_every_gpu_test_ran_on_each_tested_stack():
   stacks = [f"jax-triton {jt} + Triton {t}" for jt, t in shard_tests.tested_pairs()]
   assert len(ids) > 300 and len(stacks) >= 2
   assert {s: shard_tests.unrun(ids, stack=s)[:5] for s in stacks} == {s: [] for s in stacks}
+  assert {s: shard_tests.edited(ids, stack=s)[:5] for s in stacks} == {s: [] for s in stacks}
 
 
 def _headline_csvs(results, prefix, ours_ms, theirs_ms):
