@@ -12,10 +12,12 @@ from memeff_jax._options import OPTIONS, TABLE
 
 def args(fn, arrays: dict[str, str]) -> str:
   """The ``Args:`` section of ``fn``: its arrays (docs given here), then each keyword
-  option, documented in the options table, in signature order."""
+  option, documented in the options table (``{default}``: the signature's), in
+  signature order."""
   lines = ["Args:"]
-  for name in inspect.signature(fn).parameters:
-    doc = arrays[name] if name in arrays else OPTIONS[name].doc
+  for name, p in inspect.signature(fn).parameters.items():
+    doc = arrays[name] if name in arrays else OPTIONS[name].doc.replace(
+        "{default}", repr(p.default))
     lines.append(f"  {name}: " + textwrap.dedent("      " + doc).strip().replace(
         "\n", "\n    "))
   return "\n".join(lines)

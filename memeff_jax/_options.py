@@ -109,7 +109,7 @@ def _normal_with_inverse(t):
 # Rows in the order the chain checks them (an error names the first bad option).
 TABLE = (
     Option("temperature", 0.07, """float > 0 or a traced 0-d float array (learnable: it gets a
-      gradient, and a new value never recompiles). Default 0.07. A Python float
+      gradient, and a new value never recompiles). Default {default}. A Python float
       above 1 warns: a logit scale s (OpenCLIP, sentence-transformers) is
       ``temperature = 1 / s``.""",
            check=lambda v, c: check_temperature(v, c.dtype),
@@ -141,9 +141,9 @@ TABLE = (
       softmax's nominal candidates (docs/math.md §7.2)."""),
     Option("lse_square_scale", 0.0, """z-loss weight >= 0: adds ``lse_square_scale * mean(lse^2)``,
       lse the natural log of each softmax's denominator (docs/math.md §7.3).""",
-           check=lambda v, c: check_range("lse_square_scale", v, 0.0, float("inf")),
+           check=lambda v, c: check_range("lse_square_scale", v, 0.0, float("inf"), c.dtype),
            traced=Range(lambda v: jnp.isfinite(v) & (v >= 0), "finite and >= 0"), type=float,
-           raises=((ValueError, "``lse_square_scale`` < 0 or inf"),)),
+           raises=((ValueError, "``lse_square_scale`` < 0, or not finite in the compute dtype"),)),
     Option("matryoshka_dims", None, """fused Matryoshka: strictly increasing positive ints ending
       at the feature size d (any ladder, e.g. (64, 128, 256, 512) or (16, 72, 200)).
       The loss becomes ``sum_k w_k L_k``, L_k this loss on the renormalized first
@@ -243,9 +243,9 @@ TABLE = (
     Option("bias", -10.0, """the logit bias b (float or traced 0-d array, learnable: it gets a
       gradient): the logits are ``s / t + b``. Default -10.0, big_vision's
       initialization.""",
-           check=lambda v, c: check_finite("bias", v),
+           check=lambda v, c: check_finite("bias", v, c.dtype),
            traced=Range(jnp.isfinite, "finite"), type=float,
-           raises=((ValueError, "a non-finite ``bias``"),
+           raises=((ValueError, "a ``bias`` not finite in the compute dtype"),
                    (TypeError, "a ``bias`` that is no float or 0-d array"))),
 )
 OPTIONS = {o.name: o for o in TABLE}

@@ -32,8 +32,9 @@ class ContrastiveStats(NamedTuple):
     lse_row: [n] float32, natural log of each row softmax's denominator in unshifted
       logits, ``log sum_c exp(s_c / t)`` over the candidates it really uses (the
       debiased denominator when ``tau_plus`` is on). Inside a ring: this device's rows.
-    lse_col: [n] float32 for CLIP (the column softmaxes, one per text), ``None`` for
-      the row-only losses.
+    lse_col: [n] float32 for CLIP (the column softmaxes, one per text) and for Qwen3's
+      d -> q softmaxes with ``partition="per_direction"`` and ``use_dq_negatives``;
+      ``None`` for the row-only losses.
     matryoshka_losses: with ``matryoshka_dims``: [K] float32, the unweighted loss of
       each dim (smoothing and z-loss included; the loss is their weighted sum), and
       ``lse_row`` / ``lse_col`` are then [K, n]; ``None`` without dims.
@@ -42,8 +43,8 @@ class ContrastiveStats(NamedTuple):
       ``MARGIN_TIE`` (2^-10) in similarity (a tie within rounding, such as a duplicate
       row's, is a miss on every backend; a row with no negative counts as a hit), over
       the global batch. [K] with Matryoshka dims.
-    accuracy_col: the same for CLIP's column softmaxes (texts retrieving images);
-      ``None`` for the row-only losses.
+    accuracy_col: the same for CLIP's column softmaxes (texts retrieving images) and
+      Qwen3's separate d -> q softmaxes; ``None`` for the row-only losses.
   """
 
   z_loss: jax.Array

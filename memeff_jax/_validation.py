@@ -167,24 +167,34 @@ def check_temperature_range(t: float, dtype=jnp.float32) -> float:
   return t
 
 
-def check_range(name: str, v, lo: float, hi: float | None):
-  """Python and numpy numbers must lie in [lo, hi) (hi=None: no upper bound); jax
+def check_range(name: str, v, lo: float, hi: float | None, dtype=None):
+  """Python and numpy numbers must lie in [lo, hi) (hi=None: no upper bound) and, given
+  the compute ``dtype``, be finite in it (no float32 overflow of a Python float); jax
   arrays pass."""
   v = _scalar(name, v)
   value = _known(v)
   if value is not None and not np.all((value >= lo) & (hi is None or value < hi)):
     bound = f"[{lo}, {hi})" if hi is not None else f">= {lo}"
     raise ValueError(f"{name} must be {bound}, got {name}={value}")
+  _check_fits(name, value, dtype)
   return v
 
 
-def check_finite(name: str, v):
-  """A finite Python or numpy number, or a 0-d float jax array (its value unchecked)."""
+def check_finite(name: str, v, dtype=None):
+  """A finite Python or numpy number (finite in the compute ``dtype`` too, given one),
+  or a 0-d float jax array (its value unchecked)."""
   v = _scalar(name, v)
   value = _known(v)
   if value is not None and not np.isfinite(value):
     raise ValueError(f"{name} must be finite, got {name}={value}")
+  _check_fits(name, value, dtype)
   return v
+
+
+def _check_fits(name: str, value, dtype) -> None:
+  if value is not None and dtype is not None and np.any(np.abs(value) > jnp.finfo(dtype).max):
+    raise ValueError(f"{name} must be a finite {jnp.dtype(dtype)} number (the loss computes "
+                     f"in it), got {name}={value}")
 
 
 def check_tau_plus(tau, n: int, dtype=jnp.float32):

@@ -276,6 +276,9 @@ def initial_value(name: str, value: float) -> float:
     raise TypeError(f"{name} must be a Python float (the initial value), got {value!r}")
   if not math.isfinite(value):
     raise ValueError(f"{name} must be finite, got {name}={value!r}")
+  if abs(value) > float(jnp.finfo(jnp.float32).max):   # the parameter is float32
+    raise ValueError(f"{name} must be a finite float32 number (the parameter's dtype), got "
+                     f"{name}={value!r}")
   return float(value)
 
 

@@ -172,6 +172,8 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
   fn, names = spec.function, _OPTIONS + tuple(o for o in spec.options if o in _OWN)
   plain_name = f"MemoryEfficient{spec.tag}Loss"
   about = f"\n\n{fill(spec.about)}" if spec.about else ""
+  # (each class its own __call__, so that Python's argument errors name the class)
+  call = lambda owner: call_method(spec, _Wrapper._call, "__call__", _call_doc(spec), owner)
   plain = _dataclass(
       plain_name, (_Wrapper,),
       fill(f"memeff's ``{plain_name}``: :func:`memeff_jax.{fn}` (docs/math.md "
@@ -180,17 +182,17 @@ def _family(spec: Spec) -> tuple[type, type, type, type]:
            f"for a learnable one call the function with a traced array, or use "
            f"``memeff_jax.nnx.{spec.tag}Loss``).", "    ") + "\n",
       [(n, OPTIONS[n].type, dataclasses.field(default=OPTIONS[n].default)) for n in names],
-      _spec=spec, __call__=call_method(spec, _Wrapper._call, "__call__", _call_doc(spec),
-                                       plain_name))
+      _spec=spec, __call__=call(plain_name))
   mrl_name = f"MemoryEfficientMatryoshka{spec.tag}Loss"
   mrl = _dataclass(mrl_name, (_MatryoshkaOptions, plain), fill(
       f"memeff's fused ``{mrl_name}``: :func:`memeff_jax.{fn}` with "
       f"``matryoshka_dims=dims, matryoshka_weights=weights`` (docs/math.md §8.1).").lstrip()
-      + "\n" + _MRL_DOC)
+      + "\n" + _MRL_DOC, __call__=call(mrl_name))
   dist = [_dataclass(f"Distributed{c.__name__}", (_DistributedOptions, c), fill(
       f"memeff's ``Distributed{c.__name__}``: :func:`memeff_jax.{fn}` with " +
       ("``matryoshka_dims=``, ``matryoshka_weights=`` and " if c is mrl else "") +
-      "``axis_name=``.").lstrip() + "\n" + _DIST_DOC) for c in (plain, mrl)]
+      "``axis_name=``.").lstrip() + "\n" + _DIST_DOC, __call__=call(f"Distributed{c.__name__}"))
+          for c in (plain, mrl)]
   return plain, mrl, dist[0], dist[1]
 
 

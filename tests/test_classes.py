@@ -87,6 +87,19 @@ def test_docstring_names_the_function(name):
 
 
 @pytest.mark.parametrize("name", sorted(PLAIN) + sorted(MRL))
+def test_argument_errors_name_the_class(name):
+  # Python's own call errors name each class, not the plain class whose call the
+  # Matryoshka and Distributed twins used to inherit.
+  x = _data()[0]
+  for cls_name in (name, f"Distributed{name}"):
+    kw = _class_kwargs(name, {}) | ({"axis_name": "batch"} if "Distributed" in cls_name else {})
+    loss = getattr(C, cls_name)(**kw)
+    with pytest.raises(TypeError, match=rf"^{cls_name}\.__call__\(\) got an unexpected "
+                                        r"keyword argument 'shared_negatives'"):
+      loss(x, x, shared_negatives=x)
+
+
+@pytest.mark.parametrize("name", sorted(PLAIN) + sorted(MRL))
 def test_equals_function(name):
   fn, n, opts = {**PLAIN, **MRL}[name]
   arrays = _data()[:n]

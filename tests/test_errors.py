@@ -66,6 +66,9 @@ def test_bad_towers(fn, a, b, err, pattern):
     (dict(lse_square_scale=-1e-3), ValueError, "lse_square_scale must be \\[0.0, inf\\)"),
     (dict(lse_square_scale=float("inf")), ValueError,
      "lse_square_scale must be \\[0.0, inf\\), got lse_square_scale=inf"),
+    # finite as a Python float, inf in the float32 computation (an inf loss, NaN gradients)
+    (dict(lse_square_scale=1e39), ValueError,
+     "lse_square_scale must be a finite float32 number.*lse_square_scale=1e\\+39"),
     # finite in float64, not normal numbers (t or 1 / t) in the float32 computation
     (dict(temperature=1e39), ValueError,
      "temperature and 1 / temperature must be normal float32.*temperature=1e\\+39"),

@@ -517,6 +517,8 @@ def test_siglip_bad_initial_bias(framework):
   cls = (mnnx if framework == "nnx" else mlinen).SigLIPLoss
   with pytest.raises(ValueError, match="bias must be finite"):
     cls(bias=float("inf"))
+  with pytest.raises(ValueError, match="bias must be a finite float32 number"):
+    cls(bias=1e39)   # (the parameter is float32: it would start at inf)
   with pytest.raises(TypeError, match="bias must be a Python float"):
     cls(bias=jnp.float32(-10.0))
 

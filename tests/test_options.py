@@ -51,6 +51,10 @@ def test_docs_come_from_the_table(fn):
   for name in _keywords(fn):
     first = _options.OPTIONS[name].doc.split("\n")[0].strip()
     assert f"  {name}: {first}" in doc
+  # the temperature's default as the signature has it (SigLIP's is 0.1: the docstring
+  # said 0.07)
+  t = _keywords(fn)["temperature"].default
+  assert f"Default {t!r}." in doc and "{default}" not in doc
   raises = " ".join(doc[doc.index("Raises:"):].split())   # unwrapped
   assert ("``margin < 0``" in raises) == ("margin" in _keywords(fn))
   for name in _options.traced(list(_keywords(fn))):

@@ -231,6 +231,11 @@ def test_errors_name_the_argument():
   x, y = _data()
   with pytest.raises(ValueError, match="bias must be finite"):
     mj.siglip_loss(x, y, bias=float("inf"))
+  # finite as a Python float, not in float32: it was an inf loss beside finite gradients
+  for b in (1e39, -1e39):
+    with pytest.raises(ValueError, match="bias must be a finite float32 number"):
+      mj.siglip_loss(x.astype(jnp.float32), y.astype(jnp.float32), bias=b)
+  assert np.isfinite(mj.siglip_loss(x, y, bias=1e39))   # float64 features: finite there
   with pytest.raises(TypeError, match="bias"):
     mj.siglip_loss(x, y, bias="a")
   with pytest.raises(TypeError, match="tau_plus"):
