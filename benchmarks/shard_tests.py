@@ -173,10 +173,10 @@ def edited(ids, *, stack: str, path=LEDGER, repo=ROOT, tests=GPU_TESTS) -> list[
   """``ids`` that passed or skipped on ``stack`` only in an earlier form of their test
   function: none of those rows has the function's form (the row's ``form``, or the
   ``tests`` file's at its commit, ``forms_at``: ast.dump differs between Pythons) as
-  the working tree has it. An id with no
-  such row is ``unrun``'s, not listed here; a row without a form at a commit git cannot
-  show, and a function the working tree no longer has, count as another form. Only the
-  test function is compared: a changed fixture, helper or library is not seen."""
+  the working tree has it. An id with no such row is ``unrun``'s, not listed here; a
+  row without a form at a commit git cannot show, and a function the working tree no
+  longer has, count as another form. Only the test function is compared: a changed
+  fixture, helper or library is not seen."""
   here = function_forms((pathlib.Path(repo) / tests).read_text())
   forms = {}
 

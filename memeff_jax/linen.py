@@ -109,8 +109,8 @@ class _LossModule(_Temperature):
     # Bad values raise at construction, as in the NNX modules, not at the first apply.
     check_max_logit_scale(self.max_logit_scale)
     # Warnings for the user's construction (here <- the dataclass's __init__ <- Flax's
-    # keyword wrapper <- theirs),
-    # not for Flax's clones of it (bound to a scope in init and apply; tabulate's, None).
+    # keyword wrapper <- theirs), not for Flax's clones of it (bound to a scope in init
+    # and apply; tabulate's, to None).
     clone = self.parent is None or isinstance(self.parent, Scope)
     self._initial_params(stacklevel=None if clone else 4)
     check_flag("learnable", self.learnable)
