@@ -197,6 +197,12 @@ def _check_fits(name: str, value, dtype) -> None:
                      f"in it), got {name}={value}")
 
 
+def check_loss(name: str, fn) -> None:
+  """A loss function: anything callable."""
+  if not callable(fn):
+    raise TypeError(f"{name} must be a callable loss, got {type(fn).__name__} {name}={fn!r}")
+
+
 def check_tau_plus(tau, n: int, dtype=jnp.float32):
   """None for the plain path (a Python 0.0), a float, or a 0-d / per-row [n] array
   (then in ``dtype``, the glue's: fp32, fp64 for fp64 features; no gradient)."""

@@ -21,8 +21,8 @@ from jax.typing import ArrayLike
 
 from memeff_jax import clip, lit, qwen3, siglip
 from memeff_jax._options import OPTIONS, SHARED, defaults
-from memeff_jax._validation import (check_dims, check_temperature_range, check_weights,
-                                    warn_logit_scale)
+from memeff_jax._validation import (check_dims, check_finite, check_temperature_range,
+                                    check_weights, warn_logit_scale)
 
 # Default bound on the learnable logit scale 1 / t, as OpenCLIP clamps it.
 MAX_LOGIT_SCALE = 100.0
@@ -271,15 +271,11 @@ def initial_log_scale(temperature: float, max_logit_scale: float | None,
 
 
 def initial_value(name: str, value: float) -> float:
-  """A learned option's initial Python value (SigLIP's bias), checked: finite."""
+  """A learned option's initial Python value (SigLIP's bias), checked: finite, in float32
+  too (the parameter's dtype), as the losses check theirs."""
   if isinstance(value, bool) or not isinstance(value, (int, float)):
     raise TypeError(f"{name} must be a Python float (the initial value), got {value!r}")
-  if not math.isfinite(value):
-    raise ValueError(f"{name} must be finite, got {name}={value!r}")
-  if abs(value) > float(jnp.finfo(jnp.float32).max):   # the parameter is float32
-    raise ValueError(f"{name} must be a finite float32 number (the parameter's dtype), got "
-                     f"{name}={value!r}")
-  return float(value)
+  return float(check_finite(name, value, jnp.float32))
 
 
 def matryoshka_options(dims, weights, names=("matryoshka_dims", "matryoshka_weights"),

@@ -58,6 +58,7 @@ from jax.typing import ArrayLike
 
 import memeff_jax
 from memeff_jax._options import OPTIONS
+from memeff_jax._validation import check_loss
 from memeff_jax._wrappers import (CALL_DOC, MEMEFF_ARRAYS, SPECS, Spec, call_loss, call_method,
                                   fill, matryoshka_options)
 
@@ -249,9 +250,7 @@ class MatryoshkaLoss:
 
   def __post_init__(self):
     _MatryoshkaOptions.__post_init__(self)
-    if not callable(self.base_loss):
-      raise TypeError(f"base_loss must be a callable loss, got {type(self.base_loss).__name__} "
-                      f"base_loss={self.base_loss!r}")
+    check_loss("base_loss", self.base_loss)   # (matryoshka() would name it loss_fn)
     # Checks the base loss (normalized_inputs=True raises, a field or a partial's keyword).
     memeff_jax.matryoshka(self.base_loss, self.dims, weights=self.weights)
 

@@ -13,7 +13,7 @@ from typing import Callable, Sequence
 
 import jax
 
-from memeff_jax._validation import check_dims, check_weights
+from memeff_jax._validation import check_dims, check_loss, check_weights
 
 
 def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
@@ -64,9 +64,7 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
     >>> bool(jnp.allclose(eager, fused, rtol=1e-4))
     True
   """
-  if not callable(loss_fn):
-    raise TypeError(f"loss_fn must be a callable loss, got {type(loss_fn).__name__} "
-                    f"loss_fn={loss_fn!r}")
+  check_loss("loss_fn", loss_fn)
   dims = check_dims("dims", dims)
   weights = check_weights("weights", weights, len(dims))
   # normalized_inputs=True bound into the loss: a partial's keyword or a class field
