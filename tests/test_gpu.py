@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.sharding import Mesh
+from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
 from memeff_jax import _compat, _core, reference
@@ -283,6 +283,36 @@ def test_one_device_ring_equals_plain(loss):
   want = jax.jit(jax.value_and_grad(plain, argnums=(0, 1)))(x, y)
   np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
   for a, b in zip(got[1], want[1]):   # bf16 gradients: within one rounding step
+    np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
+                               rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(b))))
+
+
+@pytest.mark.parametrize("loss", ["clip", "lit", "siglip"])
+@pytest.mark.parametrize("ring", [False, True])
+def test_replicated_temperature_beside_a_data_parallel_axis(loss, ring):
+  # One GPU as a 1 x 1 mesh ("dp", "batch"): the shards vary over both axes and the
+  # temperature over neither, so its gradient is summed over the axes the loss varies
+  # over in the op's bwd, on every kernel path (CLIP's fused forward-gradient, LiT's
+  # rows, SigLIP's gradient formed in the forward); with and without the ring over
+  # "batch". Equal to the plain loss's.
+  fn = {"clip": mj.clip_loss, "lit": mj.lit_loss, "siglip": mj.siglip_loss}[loss]
+  x, y = features(4, [(1000, 128), (1000, 128)], jnp.bfloat16)
+  mesh = Mesh(np.array(jax.devices()[:1]).reshape(1, 1), ("dp", "batch"))
+  f = lambda a, b, t, axis: fn(a, b, temperature=t, axis_name=axis, backend="triton")
+
+  def per_device(a, b, t):
+    v, g = jax.value_and_grad(f, argnums=(0, 1, 2))(a, b, t, "batch" if ring else None)
+    return v[None], g
+
+  shard = P(("dp", "batch"))
+  run = jax.shard_map(per_device, mesh=mesh, in_specs=(shard, shard, P()),
+                      out_specs=(shard, (shard, shard, P())), check_vma=True)
+  got = jax.jit(run)(x, y, jnp.float32(0.07))
+  want = jax.jit(jax.value_and_grad(f, argnums=(0, 1, 2)), static_argnums=3)(
+      x, y, jnp.float32(0.07), None)
+  np.testing.assert_allclose(got[0][0], want[0], rtol=1e-6)
+  np.testing.assert_allclose(got[1][2], want[1][2], rtol=1e-5)
+  for a, b in zip(got[1][:2], want[1][:2]):   # bf16 gradients: within one rounding step
     np.testing.assert_allclose(np.asarray(a, np.float32), np.asarray(b, np.float32),
                                rtol=1e-2, atol=1e-2 * float(jnp.max(jnp.abs(b))))
 
