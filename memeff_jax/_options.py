@@ -77,7 +77,7 @@ def _weights(v, c: Call):
       raise ValueError(f"matryoshka_weights needs matryoshka_dims, got "
                        f"matryoshka_weights={v!r} and matryoshka_dims=None")
     return (1.0,)
-  return check_weights("matryoshka_weights", v, len(dims))
+  return check_weights("matryoshka_weights", v, len(dims), c.dtype)
 
 
 def _per_dim(v, c: Call) -> bool:

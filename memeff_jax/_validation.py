@@ -338,8 +338,9 @@ def check_dims(name: str, dims, d: int | None = None, *,
   return dims
 
 
-def check_weights(name: str, weights, k: int) -> tuple[float, ...]:
-  """One finite Python number per Matryoshka dim (default 1.0 each; not normalized)."""
+def check_weights(name: str, weights, k: int, dtype=None) -> tuple[float, ...]:
+  """One finite Python number per Matryoshka dim (default 1.0 each; not normalized),
+  finite in the compute ``dtype`` too, given one."""
   if weights is None:
     return (1.0,) * k
   if isinstance(weights, (str, bytes)) or not hasattr(weights, "__len__"):
@@ -355,4 +356,5 @@ def check_weights(name: str, weights, k: int) -> tuple[float, ...]:
                      f"{name}={weights}")
   if not all(np.isfinite(weights)):
     raise ValueError(f"{name} must be finite, got {name}={weights}")
+  _check_fits(name, np.asarray(weights), dtype)
   return weights

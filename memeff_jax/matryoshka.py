@@ -102,6 +102,8 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
         raise TypeError(f"loss_fn must return the loss, a scalar array, got "
                         f"{type(value).__name__}: wrap a loss function (clip_loss), not a "
                         f"*_with_stats one")
+      if m == dims[0]:   # the weights multiply in the loss's dtype: finite there too
+        check_weights("weights", weights, len(dims), value.dtype)
       total = total + w * value
     return total
 

@@ -15,8 +15,8 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._checkify import value_checks
-from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, in_dtype, is_zero,
-                               normalize, poison, stable_scale, upcast)
+from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, glue_dtype, in_dtype,
+                               is_zero, normalize, poison, stable_scale, upcast)
 from memeff_jax._validation import (check_dims, check_negatives, check_partition,
                                     check_weights)
 from memeff_jax.matryoshka import matryoshka
@@ -419,7 +419,7 @@ def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int
   """
   d = features[0].shape[-1]
   dims = check_dims("dims", dims, d, last_equals_d=True)
-  weights = check_weights("weights", weights, len(dims))
+  weights = check_weights("weights", weights, len(dims), glue_dtype(features[0].dtype))
   # (one fp32 copy each: the prefixes' cotangents sum there and round once, saturating
   # for float16, docs/math.md §2)
   feats = [None if f is None else upcast(f if normalized_inputs else normalize(f))

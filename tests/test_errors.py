@@ -359,6 +359,9 @@ def test_sharded_uneven_batch_needs_where():
      "matryoshka_weights must be finite"),
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, float("inf"))), ValueError,
      "matryoshka_weights must be finite"),
+    # finite as Python floats, inf in the float32 computation (an inf loss)
+    (dict(matryoshka_dims=(4, 8), matryoshka_weights=(1.0, -1e39)), ValueError,
+     "matryoshka_weights must be a finite float32 number.*-1.e\\+39"),
     (dict(matryoshka_weights=(1.0,)), ValueError, "matryoshka_weights needs matryoshka_dims"),
     (dict(matryoshka_dims=(4, 8), matryoshka_weights=(True, False)), TypeError,
      "matryoshka_weights must hold numbers"),
@@ -385,6 +388,15 @@ def test_matryoshka_eager_validation():
       ((2, 4), (1.0, float("nan")), ValueError, "weights must be finite")]:
     with pytest.raises(err, match=pattern):
       mj.matryoshka(mj.clip_loss, dims, weights)
+  # finite as Python floats, inf where they multiply the float32 losses: refused at the
+  # call, which knows the losses' dtype (float64 features keep float64's range)
+  with pytest.raises(ValueError, match="weights must be a finite float32 number"):
+    mj.matryoshka(mj.clip_loss, (4, 8), (1e39, 1.0))(x, x, backend="blockwise")
+  with jax.enable_x64(True):
+    x64 = jnp.asarray(jax.random.normal(jax.random.key(0), (4, 8)), jnp.float64)
+    want = 1e39 * mj.clip_loss(x64[:, :4], x64[:, :4], backend="reference")
+    got = mj.matryoshka(mj.clip_loss, (4, 8), (1e39, 0.0))(x64, x64, backend="blockwise")
+    np.testing.assert_allclose(got, want, rtol=1e-12)
   with pytest.raises(ValueError, match="dims must not exceed the feature size 8"):
     mj.matryoshka(mj.clip_loss, (4, 16))(x, x, backend="blockwise")
   with pytest.raises(ValueError, match="normalized_inputs=False"):
@@ -442,6 +454,8 @@ def test_reference_matryoshka_validation():
     reference.matryoshka(reference.clip_loss, (2, 4))(x, x, normalized_inputs=True)
   with pytest.raises(ValueError, match="dims must end at the feature size 4"):
     reference.matryoshka_fused(reference.clip_loss, x, x, dims=(2,))
+  with pytest.raises(ValueError, match="weights must be a finite float32 number"):
+    reference.matryoshka_fused(reference.clip_loss, x, x, dims=(2, 4), weights=(1.0, 1e39))
 
 
 # --- KernelConfig ------------------------------------------------------------------
