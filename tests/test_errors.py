@@ -144,6 +144,20 @@ def test_forward_mode_is_a_clear_error(fn, transform):
     run()
 
 
+def test_linearize_gives_the_value_and_a_transposable_function():
+  # jax.linearize traces as jax.grad does (JAX's reverse mode goes through it), so the
+  # loss cannot refuse it: its value and its transpose are right, and calling the
+  # linear function (forward mode) raises JAX's TypeError at that call (docs/math.md §1).
+  a, b = jax.random.normal(jax.random.key(0), (2, 6, 8))
+  value, lin = jax.linearize(lambda u: clip_loss(u, b, backend="blockwise"), a)
+  np.testing.assert_allclose(value, clip_loss(a, b, backend="reference"), rtol=1e-6)
+  (back,) = jax.linear_transpose(lin, a)(jnp.float32(1.0))
+  want = jax.grad(lambda u: clip_loss(u, b, backend="reference"))(a)
+  np.testing.assert_allclose(back, want, rtol=1e-5, atol=1e-6 * float(jnp.max(jnp.abs(want))))
+  with pytest.raises(TypeError, match="forward-mode"):
+    lin(a)
+
+
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float32, jnp.float16])
 def test_forward_mode_on_the_reference(dtype):
   # The reference has no custom VJP and takes jvp, but for float16: its normalization's
