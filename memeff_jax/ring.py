@@ -137,9 +137,13 @@ def forward_rows(spec, block: Block, scale, row_thr, want_cs):
   ok = jnp.all(good if block.x_mask is None else good | ~block.x_mask)
   ok = ok & jnp.all(jnp.isfinite(out[2])) & jnp.all(jnp.isfinite(out[3]))
   # The rerun as a loop of at most one trip: a loop's state stays in place, where a
-  # lax.cond's result is a buffer of its own (the [n, d] gradient, copied).
-  return lax.while_loop(lambda c: c[0], lambda c: (False, *exact(out[3].shape[1])),
-                        (~ok, *out))[1:]
+  # lax.cond's result is a buffer of its own (the [n, d] gradient, copied). Its carry
+  # varies over every axis the block varies over (inside shard_map, the rerun's fresh
+  # values, its flag and l = 1, would not).
+  carry = lambda c: vary_like(c, block.x, block.y, scale, out)
+  return lax.while_loop(lambda c: c[0],
+                        lambda c: carry((jnp.zeros((), bool), *exact(out[3].shape[1]))),
+                        carry((~ok, *out)))[1:]
 
 
 def _forward(spec, block: Block, scale, row_thr, *, bounded):

@@ -251,6 +251,52 @@ def test_per_device_losses_with_a_replicated_temperature(backend, family):
     assert grad_err(g[j], want) <= 6e-5, (names[j - 2], float(g[j]), float(want))
 
 
+@pytest.mark.parametrize("t", [0.07, 0.005])
+def test_rows_forward_per_device_with_a_replicated_temperature(monkeypatch, t):
+  # LiT in bf16 on the Triton kernels (interpreted) with the rows' gradient formed in
+  # the forward (Algorithm.fwd_row_grad, the 16-bit GPU default; ring.forward_rows),
+  # per device inside shard_map over "dp": its exact rerun is a loop whose fresh carry
+  # (the flag, l = 1) did not vary over "dp" (a while_loop type error at trace time on
+  # the GPU). At t = 0.005 the bounded floor fails and the rerun runs. Each device's
+  # loss and gradients are its rows' loss's on one device; dL/dt their sum.
+  from memeff_jax import ring
+  from memeff_jax.backends.triton import forward
+  x, y, _, _ = ring_batch(B, 16, K)
+  x, y = x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)
+  cfg = launch.TritonBackend(interpret=True).default_config(16, jnp.bfloat16).evolve(
+      algorithm=dict(fwd_row_grad=True, fwd_tiled=True))
+  calls = []
+  rows = ring.forward_rows
+  monkeypatch.setattr(ring, "forward_rows", lambda *a: calls.append(1) or rows(*a))
+  loss = lambda a, b, u: mj.lit_loss(a, b, temperature=u, backend="interpret", config=cfg)
+  grads = lambda a, b, u: jax.value_and_grad(loss, argnums=(0, 1, 2))(a, b, u)
+
+  def per_device(a, b, u):
+    v, g = grads(a, b, u)
+    return v[None], g
+
+  run = jax.shard_map(per_device, mesh=Mesh(np.array(jax.devices()[:4]), ("dp",)),
+                      in_specs=(P("dp"), P("dp"), P()),
+                      out_specs=(P("dp"), (P("dp"), P("dp"), P())), check_vma=True)
+  jax.clear_caches()
+  v, g = jax.jit(run)(x, y, jnp.float32(t))
+  assert calls, "the rows' forward did not run"
+  q, want_t = B // 4, 0.0
+  # the rerun runs where a row's lse (float64 here) is below the bounded floor
+  unit = lambda a: a / np.linalg.norm(a, axis=1, keepdims=True)
+  xs, ys = (unit(np.asarray(a, np.float64)).reshape(4, q, -1) for a in (x, y))
+  lse = np.log(np.exp(np.einsum("kid,kjd->kij", xs, ys) / t).sum(-1))
+  assert np.any(lse < forward.fwd_floor(1 / t)) == (t < 0.01), (lse.min(), t)
+  for i in range(4):
+    part = lambda a: a[i * q:(i + 1) * q]
+    wv, wg = grads(part(x), part(y), jnp.float32(t))
+    assert rel_err(v[i], wv) <= 2e-6, (i, float(v[i]), float(wv))
+    assert grad_err(part(g[0]), wg[0]) <= 1e-2, grad_err(part(g[0]), wg[0])   # bf16
+    assert not np.any(np.asarray(part(g[1]), np.float32))   # LiT's locked tower
+    want_t = want_t + wg[2]
+  assert grad_err(g[2], want_t) <= 6e-5, (float(g[2]), float(want_t))
+
+
 def test_check_vma_off_is_refused():
   # shard_map(check_vma=False) tracks no varying axes, so jax.grad of the global loss
   # would return W times each input's gradient: refused at trace time, naming it.
