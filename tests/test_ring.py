@@ -6,8 +6,10 @@ import functools
 import json
 import os
 import socket
+import itertools
 import subprocess
 import sys
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -17,7 +19,8 @@ from jax.sharding import Mesh, PartitionSpec as P
 
 import memeff_jax as mj
 from memeff_jax.backends.triton import backend as launch
-from tests.support.check import kernel_path_config, sampled
+from memeff_jax.config.defaults import default_config
+from tests.support.check import checkerboard, kernel_path_config, sampled
 from tests.support.data import ring_batch
 from tests.support.oracle import block_lse64
 from tests.support.tolerances import grad_err, rel_err
@@ -295,6 +298,61 @@ def test_rows_forward_per_device_with_a_replicated_temperature(monkeypatch, t):
     assert not np.any(np.asarray(part(g[1]), np.float32))   # LiT's locked tower
     want_t = want_t + wg[2]
   assert grad_err(g[2], want_t) <= 6e-5, (float(g[2]), float(want_t))
+
+
+_TRACED = {"clip": (mj.clip_loss, 2, {}), "lit": (mj.lit_loss, 2, {}),
+           "qwen3": (mj.qwen3_loss, 2, {}),
+           "qwen3_qqdd": (mj.qwen3_loss, 3, dict(use_qq_negatives=True,
+                                                  use_dd_negatives=True)),
+           "lit_qwen3": (mj.lit_qwen3_loss, 3, {}), "siglip": (mj.siglip_loss, 2, {})}
+_TRACE_AXES = (list(_TRACED), ["bfloat16", "float16", "float32"], [64, 512, 1024],
+               [False, True], [False, True], ["default", "paired"])
+_TRACE_CASES = [c for c in itertools.product(*_TRACE_AXES)
+                if not (c[5] == "paired" and c[1] == "float32")]
+
+
+@pytest.mark.parametrize("family,dtype,d,mrl,ring,cfg", sampled(
+    _TRACE_CASES, lambda i, c: checkerboard(*zip(c, _TRACE_AXES), mod=5)))
+def test_gpu_configs_trace_inside_shard_map(family, dtype, d, mrl, ring, cfg):
+  # Every family with the GPU's default configs (and the paired gradient's), traced
+  # inside shard_map with check_vma on a 4-device mesh, per device over a
+  # data-parallel axis ("dp") or on a ring over "batch" beside it, with the gradient
+  # of every input and the temperature: the kernel paths the CPU's interpreter
+  # defaults do not take (the rows' gradient in the forward and its exact rerun, the
+  # slab loops of 8192 rows a device, the paired slabs, Matryoshka per dim) each type
+  # their loop carries and branches by the mesh axes (LiT's rows' rerun did not:
+  # a while_loop type error on the GPU). Traced only (jax.eval_shape): the loss and a
+  # gradient for each input, of its shape and dtype.
+  fn, k, kw = _TRACED[family]
+  dtype = jnp.dtype(dtype)
+  config = default_config(d, dtype)
+  if cfg == "paired":
+    config = config.evolve(algorithm=dict(bwd_pair=True, fwd_row_grad=False))
+  opts = dict(kw, backend="interpret", config=config,
+              matryoshka_dims=(d // 4, d // 2, d) if mrl else None)
+  n = 4 * 8192
+  arrays = [jax.ShapeDtypeStruct((n, d), dtype)] * 2
+  if k == 3:
+    arrays.append(jax.ShapeDtypeStruct((n, 2, d), dtype))
+  if ring:
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("dp", "batch"))
+    spec, axis = P(("dp", "batch")), "batch"
+  else:
+    mesh, spec, axis = Mesh(np.array(jax.devices()[:4]), ("dp",)), P("dp"), None
+
+  def per_device(t, *a):
+    f = lambda *b: fn(*b[:-1], temperature=b[-1], axis_name=axis, **opts)
+    v, g = jax.value_and_grad(f, argnums=tuple(range(k + 1)))(*a, t)
+    return v[None], g
+
+  run = jax.shard_map(per_device, mesh=mesh, in_specs=(P(),) + (spec,) * k,
+                      out_specs=(spec, (spec,) * k + (P(),)), check_vma=True)
+  t = jax.ShapeDtypeStruct((), jnp.float32)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)   # matryoshka_per_dim in a config
+    v, g = jax.eval_shape(jax.jit(run), t, *arrays)
+  assert (v.shape, v.dtype) == ((4,), jnp.float32), v
+  assert [(a.shape, a.dtype) for a in g] == [(a.shape, a.dtype) for a in arrays + [t]], g
 
 
 def test_check_vma_off_is_refused():
