@@ -121,19 +121,25 @@ def _op(spec: BlockSpec):
         x_tab=(x_tab is not None and x_tab.perturbed),
         y_tab=(y_tab is not None and y_tab.perturbed),
         bias=(bias is not None and bias.perturbed))
+    # The residuals have one layout whichever inputs are perturbed (an unused slot holds
+    # an empty array, and bwd finds the path again from ``need``): JAX's dead-code pass
+    # over a traced op reads the residual layout of the last forward it traced, which
+    # under this cached jit may be another perturbation's (NOTES.md 2026-12-07).
+    empty = jnp.zeros((0,), jnp.float32)
+    slots = lambda vs: tuple(empty if v is None else v for v in vs) + (empty,) * (4 - len(vs))
+    res = lambda *lse: (block, val(scale), val(row_thr), *slots(lse)[:2])
     if _fuses(spec, need, block, row_thr):
       lse_row, max_row, *unit = spec.backend.fwd_grad(block, val(scale), spec=spec,
                                                       want_cs=need.scale)
       out = (lse_row, None, max_row if spec.want_max else None, None)
-      return out, ((block, val(scale), None, None, None), need, tuple(unit), None)
+      return out, (res(None, None), need, slots(unit), slots(()))
     if _fuses_rows(spec, need, block):
       lse_row, max_row, *rows = ring.forward_rows(spec, block, val(scale), val(row_thr),
                                                   need.scale)
       out = (lse_row, None, max_row, None)
-      return out, ((block, val(scale), val(row_thr), lse_row, None), need, None, tuple(rows))
+      return out, (res(lse_row, None), need, slots(()), slots(rows))
     out = ring.forward(spec, block, val(scale), val(row_thr))
-    res = (block, val(scale), val(row_thr)) + out[:2]
-    return out, (res, need, None, None)
+    return out, (res(*out[:2]), need, slots(()), slots(()))
 
   def bwd(saved, cts):
     (block, scale, row_thr, lse_row, lse_col), need, unit, rows = saved
@@ -141,9 +147,9 @@ def _op(spec: BlockSpec):
     g_row, g_col = (None if (c is None or isinstance(c, SymbolicZero)) else c for c in cts[:2])
     if g_row is None and g_col is None:
       return (None,) * 9
-    if unit is not None:
+    if _fuses(spec, need, block, row_thr):
       out = _scaled(need, block, scale, unit, g_row)
-    elif rows is not None:
+    elif _fuses_rows(spec, need, block):
       out = _rows_scaled(spec, need, block, scale, row_thr, lse_row, rows, g_row)
     else:
       residual = spec.reduction.residual

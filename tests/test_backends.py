@@ -915,21 +915,16 @@ for g in (full, t_only, cond):
 """
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="JAX: a custom_vjp (symbolic zeros) under a cached jit whose "
-                   "residuals differ by which inputs are perturbed; NOTES.md 2026-12-07")
 def test_one_block_op_traced_under_three_perturbation_patterns():
   # The same block op (its jit cached per spec, so one custom_vjp equation for every
-  # trace of these shapes), linearized with x perturbed (LiT's rows' forward, its
-  # residuals), then t alone (the plain forward's), then x again under a cond: JAX's DCE
-  # of that equation reads the residual tree of the last forward it traced, not of the
-  # one it memoized for the pattern, and the third trace fails ("foreach() argument 2
-  # is longer than argument 1"). In a fresh process, so no other test's traces share
-  # the equation. Strict: a JAX that fixes it, or a block op that avoids it, passes
-  # here and must drop the mark.
+  # trace of these shapes), linearized with x perturbed (LiT's rows' forward and its
+  # residuals), then t alone (the plain forward's), then x again under a cond: JAX's
+  # dead-code pass over that equation reads the residual layout of the last forward it
+  # traced, not of the one it memoized for the pattern, so the residuals keep one
+  # layout whatever is perturbed (the third trace failed: "foreach() argument 2 is
+  # longer than argument 1"). In a fresh process, so no other test's traces share the
+  # equation.
   env = dict(os.environ, TRITON_INTERPRET="1")
   out = subprocess.run([sys.executable, "-c", _RETRACE], env=env, capture_output=True,
                        text=True, timeout=300)
-  if out.returncode and "foreach() argument 2 is longer than argument 1" not in out.stderr:
-    raise RuntimeError(out.stderr[-2000:])   # another failure: not the one marked
   assert out.returncode == 0, out.stderr[-2000:]
