@@ -126,20 +126,20 @@ def _op(spec: BlockSpec):
     # over a traced op reads the residual layout of the last forward it traced, which
     # under this cached jit may be another perturbation's (NOTES.md 2026-12-07).
     empty = jnp.zeros((0,), jnp.float32)
-    slots = lambda vs: tuple(empty if v is None else v for v in vs) + (empty,) * (4 - len(vs))
-    res = lambda *lse: (block, val(scale), val(row_thr), *slots(lse)[:2])
+    slots = lambda k, vs=(): tuple(empty if v is None else v for v in vs) + (empty,) * (k - len(vs))
+    res = lambda *lse: (block, val(scale), val(row_thr), *slots(2, lse))
     if _fuses(spec, need, block, row_thr):
       lse_row, max_row, *unit = spec.backend.fwd_grad(block, val(scale), spec=spec,
                                                       want_cs=need.scale)
       out = (lse_row, None, max_row if spec.want_max else None, None)
-      return out, (res(None, None), need, slots(unit), slots(()))
+      return out, (res(), need, slots(4, unit), slots(4))
     if _fuses_rows(spec, need, block):
       lse_row, max_row, *rows = ring.forward_rows(spec, block, val(scale), val(row_thr),
                                                   need.scale)
       out = (lse_row, None, max_row, None)
-      return out, (res(lse_row, None), need, slots(()), slots(rows))
+      return out, (res(lse_row), need, slots(4), slots(4, rows))
     out = ring.forward(spec, block, val(scale), val(row_thr))
-    return out, (res(*out[:2]), need, slots(()), slots(()))
+    return out, (res(*out[:2]), need, slots(4), slots(4))
 
   def bwd(saved, cts):
     (block, scale, row_thr, lse_row, lse_col), need, unit, rows = saved

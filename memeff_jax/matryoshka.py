@@ -12,6 +12,7 @@ import inspect
 from typing import Callable, Sequence
 
 import jax
+import jax.numpy as jnp
 
 from memeff_jax._validation import check_dims, check_loss, check_weights
 
@@ -102,9 +103,9 @@ def matryoshka(loss_fn: Callable[..., jax.Array], dims: Sequence[int],
         raise TypeError(f"loss_fn must return the loss, a scalar array, got "
                         f"{type(value).__name__}: wrap a loss function (clip_loss), not a "
                         f"*_with_stats one")
-      if m == dims[0]:   # the weights multiply in the loss's dtype: finite there too
-        check_weights("weights", weights, len(dims), value.dtype)
       total = total + w * value
+    # (the weights multiplied in the losses' dtype: finite there too, checked now it is known)
+    check_weights("weights", weights, len(dims), jnp.result_type(total))
     return total
 
   if sig is not None:   # loss_fn's parameters, so that sharded() finds shared_negatives
