@@ -62,6 +62,36 @@ def test_default_config_refuses_what_no_features_have(d, dtype, error, match):
     default_config(d, dtype)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("d", DIMS)
+def test_b200_tiles_fit(d, dtype):
+  # A B200 has an H100's 227 KiB, but its 16-bit gradient with resident rows holds one
+  # more column tile (config.smem.TCGEN05_ARCHS): 64 x 64 tiles at d_pad = 512 take
+  # 192 + 64 KiB, so the gradient is tiled there; everything else keeps the H100's
+  # tiles (they fit with the extra tile), and so does an H100 named by its arch.
+  h100 = default_config(d, dtype)
+  b200 = default_config(d, dtype, smem_kib=227, arch=10)
+  itemsize = jnp.dtype(dtype).itemsize
+  assert max(smem_bytes(b200, d, itemsize, arch=10)) <= 219 * 2**10
+  assert default_config(d, dtype, smem_kib=227, arch=9) == h100
+  assert default_config(d, dtype, arch=10) == b200
+  if itemsize < 4 and 256 < d <= 512:
+    assert smem_bytes(h100, d, itemsize, arch=10)[1] == 256 * 2**10
+    assert b200.bwd_tiled and not h100.bwd_tiled
+    assert b200.evolve(bwd=h100.bwd, algorithm=dict(bwd_tiled=False)) == h100
+  else:
+    assert b200 == h100
+
+
+@pytest.mark.parametrize("arch,error,match", [
+    ("10", TypeError, "arch must be None or an int"), (9.0, TypeError, "arch must be None"),
+    (True, TypeError, "arch must be None"), (0, ValueError, "arch must be >= 1")])
+def test_default_config_refuses_an_arch_no_gpu_has(arch, error, match):
+  # (a string or float arch fitted nothing: it is in no tuple of majors)
+  with pytest.raises(error, match=match):
+    default_config(512, jnp.bfloat16, smem_kib=227, arch=arch)
+
+
 def test_a100_gradient_at_512_is_tiled():
   # The H200's FlashAttention-shaped (64, 64, 2 stages) gradient tile at d = 512 holds
   # 192 KiB: over an A100's 163 KiB, so the gradient switches to the tiled kernel.
@@ -355,19 +385,21 @@ def test_the_gpus_shared_memory_comes_from_the_driver(monkeypatch, driver, kib):
 
 
 # The GPUs fit_smem fits to: (compute capability, KiB of shared memory one block may
-# use), the A100's and a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
-# parts have the same 99 KiB).
-SMALLER_GPUS = [(80, 163), (86, 99)]
+# use), the A100's, a consumer Ampere GPU's (RTX 3090; Ada and Blackwell consumer
+# parts have the same 99 KiB; sm_120 compiles as sm_86 does) and a B200's (as much as
+# an H100, but its 16-bit gradient holds one more tile: config.smem.TCGEN05_ARCHS).
+OTHER_GPUS = [(80, 163), (86, 99), (100, 227)]
 _SMEM_CASES = list(itertools.product(["clip", "lit", "clip_mrl", "siglip"],
                                      [64, 128, 200, 384, 512, 1024, 1152],
                                      [jnp.bfloat16, jnp.float32]))
 
 
-def _launches(monkeypatch, family, d, dtype, smem_kib):
+def _launches(monkeypatch, family, d, dtype, smem_kib, arch=None):
   """Every Triton launch of a training step of ``family`` at feature size d (batches of
-  300 and 65536) on a GPU with ``smem_kib`` KiB a block, as (kernel module, kernel
-  name, signature, constexprs, warps, stages): the backend's own config choice and the
-  launchers' own arguments (both branches of their conds), recorded instead of run."""
+  300 and 65536) on a GPU with ``smem_kib`` KiB a block and compute capability major
+  ``arch``, as (kernel module, kernel name, signature, constexprs, warps, stages): the
+  backend's own config choice and the launchers' own arguments (both branches of their
+  conds), recorded instead of run."""
   seen = set()
 
   def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
@@ -380,6 +412,7 @@ def _launches(monkeypatch, family, d, dtype, smem_kib):
 
   monkeypatch.setattr(_compat, "triton_call", record)
   monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
+  monkeypatch.setattr(launch, "_device_arch", lambda: arch)
   monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
   jax.clear_caches()   # (a cached trace would launch nothing)
   kw = dict(backend="triton")
@@ -396,16 +429,18 @@ def _launches(monkeypatch, family, d, dtype, smem_kib):
 @pytest.mark.parametrize("cases", [
     pytest.param(_SMEM_CASES[::4], id="sample", marks=pytest.mark.smallgpu),
     pytest.param(_SMEM_CASES, id="all", marks=pytest.mark.slow)])
-@pytest.mark.parametrize("cc,smem_kib", SMALLER_GPUS)
-def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cases):
+@pytest.mark.parametrize("cc,smem_kib", OTHER_GPUS)
+def test_fitted_tiles_compile_within_other_gpus(monkeypatch, cc, smem_kib, cases):
   # The kernels a step launches there, compiled for that GPU by the installed Triton
   # (no GPU needed; in a process of its own, as this one runs Triton's interpreter):
   # the shared memory the compiler reports is at most the GPU's, i.e. fit_smem's
-  # estimate (made from H200 launches) holds for that compiler and architecture.
+  # estimate (made from H200 launches, with the B200's extra tile) holds for that
+  # compiler and architecture. (On sm_100 the H200's 16-bit gradient tile at d = 512
+  # took 262,688 bytes, over the 227 KiB, before the fit knew of it.)
   pytest.importorskip("triton.backends.nvidia")
   launches = set()
   for family, d, dtype in cases:
-    found = _launches(monkeypatch, family, d, dtype, smem_kib)
+    found = _launches(monkeypatch, family, d, dtype, smem_kib, arch=cc // 10)
     assert found, (family, d, dtype)   # (the step did reach the kernels)
     launches |= found
   specs = sorted(launches, key=repr)
@@ -419,13 +454,15 @@ def test_fitted_tiles_compile_within_smaller_gpus(monkeypatch, cc, smem_kib, cas
   assert len(shared) == len(specs) and not over, over
 
 
-def _stand_in_hopper(monkeypatch, record, *, tma=True, gluon=False):
-  """An H100/H200 stood in for, jax-triton's TMA descriptors (``tma``) and Gluon kernels
-  (``gluon``) launchable or not: every launch goes to ``record``."""
+def _stand_in_hopper(monkeypatch, record, *, tma=True, gluon=False, arch=9, smem_kib=227):
+  """An H100/H200 stood in for (or another GPU: ``arch``, ``smem_kib``), jax-triton's
+  TMA descriptors (``tma``) and Gluon kernels (``gluon``) launchable or not: every
+  launch goes to ``record``."""
   monkeypatch.setattr(_compat, "triton_call", record)
   monkeypatch.setattr(_compat, "tma_descriptors", lambda interpret: tma and not interpret)
   monkeypatch.setattr(_compat, "gluon_kernels", lambda interpret: gluon and not interpret)
-  monkeypatch.setattr(launch, "_device_smem_kib", lambda: 227)
+  monkeypatch.setattr(launch, "_device_smem_kib", lambda: smem_kib)
+  monkeypatch.setattr(launch, "_device_arch", lambda: arch)
   monkeypatch.setattr(mj.backends.registry, "_gpu_triton_error", lambda: None)
   jax.clear_caches()
   launch.resolve_plan.cache_clear()
@@ -462,6 +499,47 @@ def test_tma_loads_where_the_defaults_take_them(monkeypatch, tma):
     want.add((d, bool(row), bool(col), tma and d > 128 and not (d == 512 and not row),
               *((128, 1) if rows_alone else base[d])))
   assert set(seen) == want, sorted(set(seen))
+
+
+@pytest.mark.parametrize("arch,smem_kib", [(10, 227), (12, 99), (8, 163)])
+def test_other_gpus_default_to_pointer_loads(monkeypatch, arch, smem_kib):
+  # Descriptors launchable (jax-triton >= 0.4, stood in for) on a GPU that is no Hopper
+  # (a B200, a consumer Blackwell, an A100): the default tiles keep pointer loads (the
+  # TMA tiles were measured on Hopper alone), and on the B200 the 16-bit gradient at
+  # d = 512 is tiled (config.smem.TCGEN05_ARCHS), at d = 256 it keeps the H100's tile.
+  # Shapes only (the launches are recorded).
+  seen = []
+
+  def record(*args, kernel, out_shapes, grid, name, num_warps, num_stages, **constexprs):
+    seen.append((kernel.fn.__name__, constexprs.get("D"), constexprs.get("BLOCK_N"),
+                 num_stages, any(isinstance(a, _compat.Tiles) for a in args)))
+    return [jnp.zeros(s.shape, s.dtype) for s in out_shapes]
+
+  _stand_in_hopper(monkeypatch, record, arch=arch, smem_kib=smem_kib)
+  backend = launch.TritonBackend()
+  assert not backend._tma() and backend._arch() == arch   # pylint: disable=protected-access
+  for fn, d in itertools.product((mj.clip_loss, mj.lit_loss, mj.siglip_loss), (256, 512)):
+    step = jax.grad(lambda a, b, f=fn: f(a, b, backend="triton"), argnums=(0, 1))
+    x = jax.ShapeDtypeStruct((65536, d), jnp.bfloat16)
+    jax.eval_shape(step, x, x)
+  launch.resolve_plan.cache_clear()
+  assert seen and not any(tiles for *_, tiles in seen), seen
+  fa = {(d, bn, st) for k, d, bn, st, _ in seen if k == "_lse_bwd_kernel"}
+  if arch == 10:
+    assert fa == {(256, 64, 2)}, fa
+
+
+def test_the_gpus_arch_comes_from_its_compute_capability(monkeypatch):
+  # The CPU's device has no compute capability: no arch (the H100's fit, no TMA tiles).
+  class Device:
+    compute_capability = "10.0"
+  assert launch._device_arch() is None   # pylint: disable=protected-access
+  launch._device_capability.cache_clear()   # pylint: disable=protected-access
+  monkeypatch.setattr(jax, "devices", lambda: [Device()])
+  try:
+    assert launch._device_arch() == 10   # pylint: disable=protected-access
+  finally:
+    launch._device_capability.cache_clear()   # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("gluon", [False, True])

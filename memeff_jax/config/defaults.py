@@ -25,10 +25,11 @@ _FLOATS = ("float16", "bfloat16", "float32", "float64")   # (bfloat16: ml_dtypes
 
 def default_config(d: int, dtype, *, interpret: bool = False,
                    smem_kib: int | None = None, tma: bool = False,
-                   gluon: bool = False) -> KernelConfig:
+                   gluon: bool = False, arch: int | None = None) -> KernelConfig:
   """Default tiles for feature size ``d`` and input ``dtype`` on an H100/H200, fitted
-  to ``smem_kib`` of shared memory a block (None: the H100's 227 KiB; the Triton
-  backend passes its GPU's, see ``fit_smem``).
+  to ``smem_kib`` of shared memory a block on a GPU of compute capability major
+  ``arch`` (None: the H100's 227 KiB and sm_90; the Triton backend passes its GPU's,
+  see ``fit_smem``).
 
   16-bit inputs get the tiled forward (128 x 128 GEMM tiles, 64-feature chunks, both
   sides in one sweep, bounded) and a FlashAttention-shaped gradient up to d_pad = 512
@@ -47,7 +48,12 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   FlashAttention-shaped gradient then takes them at d_pad = 256 and 512; at 512 a
   pass of the rows' softmax alone (LiT's; Qwen3's queries) streams 128-column tiles
   in one stage (with two, ptxas serializes the wgmma chain of Triton 3.9's code for
-  it), and one of the columns' alone (Qwen3's documents) keeps pointer loads.
+  it), and one of the columns' alone (Qwen3's documents) keeps pointer loads. The
+  Triton backend passes True on Hopper alone (compute capability 9.x), where these
+  tiles were measured.
+
+  ``arch``: on a data-center Blackwell GPU (``config.smem.TCGEN05_ARCHS``) the 16-bit
+  gradient at d_pad = 512 does not fit 227 KiB with the H200's tile: it is tiled there.
 
   ``gluon``: the Gluon Hopper kernels can be launched (``_compat.gluon_kernels``): the
   16-bit FlashAttention-shaped gradient at d = 512 then runs as ``grad_gluon``'s
@@ -59,6 +65,13 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     raise TypeError(f"d must be an int (the feature size), got {d!r}")
   if d < 1:
     raise ValueError(f"d must be >= 1 (the feature size), got d={d}")
+  if arch is not None:
+    if not isinstance(arch, numbers.Integral) or isinstance(arch, bool):
+      raise TypeError(f"arch must be None or an int (a compute capability's major version, "
+                      f"9 for an H100), got arch={arch!r}")
+    if arch < 1:
+      raise ValueError(f"arch must be >= 1 (a compute capability's major version), got "
+                       f"arch={arch}")
   try:
     floating = dtype is not None and np.dtype(dtype).name in _FLOATS
   except TypeError:
@@ -110,7 +123,10 @@ def default_config(d: int, dtype, *, interpret: bool = False,
       # runs 0 and 3; docs/benchmarks.md "The Gluon gradient"). The same kernel forms a
       # one-sided block's rows' gradient in its forward (``Algorithm.fwd_row_grad``).
       cfg = cfg.evolve(bwd=dict(gluon=True))
-  return cfg if smem_kib is None else fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib)
+  if smem_kib is None and arch is None:
+    return cfg
+  return fit_smem(cfg, d, np.dtype(dtype).itemsize, 227 if smem_kib is None else smem_kib,
+                  arch)
 
 
 def _cfg(fwd, bwd, *, fwd_d: int, bwd_d: int, bwd_do: int, one_sided_warps=None,

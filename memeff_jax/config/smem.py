@@ -10,6 +10,17 @@ def pow2(v: int) -> int:
   return max(16, 1 << (int(v) - 1).bit_length())
 
 
+# Compute capability majors of the data-center Blackwell GPUs (B200, B300: tcgen05), on
+# which Triton's 16-bit FlashAttention-shaped gradient holds one more [block_n, d_pad]
+# tile than on sm_90 when its rows are resident. Compiled for sm_100 without a GPU
+# (Triton 3.6.0 and 3.9.0 alike; tests/test_config.py's compile test): 64 x 64 tiles,
+# 2 stages, d = 512, bfloat16 take 262,688 bytes there against 205,312 for sm_90 (the
+# estimate below: 196,608, and 262,144 with that tile), so the H200's tile does not fit
+# a B200's 227 KiB. The tiled kernels and the chunked Matryoshka gradient take what they
+# take for sm_90; the float32 gradient varies (the extra tile at d_pad = 256 on 64 x 32
+# tiles, none at 64, 128 and 512), and each float32 default fits with it (at most 192 KiB
+# compiled), so the estimate counts it for 16-bit inputs alone.
+TCGEN05_ARCHS = (10, 11)
 # The FlashAttention-shaped gradient's kinds of pass: (rows' softmax, columns').
 PASSES = ((True, True), *ROLES)
 # The switch to the tiled forward, both sides from each tile (``Algorithm.fwd_col_pass``
@@ -17,14 +28,17 @@ PASSES = ((True, True), *ROLES)
 TILED_FORWARD = dict(fwd_tiled=True, fwd_col_pass=False)
 
 
-def smem_bytes(cfg: KernelConfig, d: int, itemsize: int,
-               passes=PASSES) -> tuple[int, int]:
+def smem_bytes(cfg: KernelConfig, d: int, itemsize: int, passes=PASSES,
+               arch: int | None = None) -> tuple[int, int]:
   """Estimated shared memory of the (forward, gradient) kernels ``cfg`` launches for
   feature size ``d``: the pipelined tiles, as Triton 3.6 allocates them on an H200
   (a resident row tile plus ``stages`` streamed tiles, or ``stages`` chunk pairs).
   The FlashAttention-shaped gradient's: the largest of its ``passes``, each on its
-  tiles (``BwdTiles.for_pass``)."""
+  tiles (``BwdTiles.for_pass``), and on a GPU of compute capability major ``arch`` in
+  ``TCGEN05_ARCHS`` a 16-bit one with resident rows holds one more column tile."""
   d_pad = pow2(d)
+  extra = lambda bn, bd: (bn * d_pad * itemsize if arch in TCGEN05_ARCHS and itemsize < 4
+                          and bd >= d_pad else 0)
 
   def chunks(bm, bn, bk, st):   # GEMM tiles: the features walked in chunks
     return (bm + bn) * min(bk, d_pad) * itemsize * st
@@ -37,8 +51,9 @@ def smem_bytes(cfg: KernelConfig, d: int, itemsize: int,
     if alg.bwd_tiled:
       return chunks(*b)
     # plus the streamed gradient-feature tiles when they are not the similarity's
-    return sweep(*b) + (0 if min(bw.block_d, bw.block_do) >= d_pad else
-                        bw.block_n * min(bw.block_do, d_pad) * itemsize * b[3])
+    return sweep(*b) + extra(bw.block_n, bw.block_d) + (
+        0 if min(bw.block_d, bw.block_do) >= d_pad else
+        bw.block_n * min(bw.block_do, d_pad) * itemsize * b[3])
 
   fw, alg = cfg.fwd, cfg.algorithm
   f = (fw.block_m, fw.block_n, fw.block_d, fw.num_stages)
@@ -77,21 +92,25 @@ def fewer_stages(cfg: KernelConfig, need, limit: int) -> KernelConfig:
   return cfg
 
 
-def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int) -> KernelConfig:
+def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int,
+             arch: int | None = None) -> KernelConfig:
   """``cfg``, fitted where a launch would exceed ``smem_kib`` (8 KiB kept free for
-  Triton's scratch): a FlashAttention-shaped gradient first drops the role tiles
-  (``BwdTiles.row_role`` / ``col_role``) that do not fit, then pipeline stages (down
-  to 2), then the forward and/or gradient switch to the tiled kernels (whose chunked
-  tiles need far less shared memory). An H100/H200 (227 KiB) never needs it; an A100
-  (163 KiB) or a consumer GPU (99 KiB) can (the 16-bit gradient at d_pad = 128 keeps
-  its tile there with 2 stages). Not measured on those GPUs."""
+  Triton's scratch) on a GPU of compute capability major ``arch`` (None: as sm_90): a
+  FlashAttention-shaped gradient first drops the role tiles (``BwdTiles.row_role`` /
+  ``col_role``) that do not fit, then pipeline stages (down to 2), then the forward
+  and/or gradient switch to the tiled kernels (whose chunked tiles need far less shared
+  memory). An H100/H200 (227 KiB) never needs it; an A100 (163 KiB), a consumer GPU
+  (99 KiB) or a B200 (227 KiB, ``TCGEN05_ARCHS``: the 16-bit gradient at d_pad = 512)
+  can (the 16-bit gradient at d_pad = 128 keeps its tile on a 99 KiB GPU with 2
+  stages). Not measured on those GPUs: compiled for them (tests/test_config.py)."""
   limit = smem_limit(smem_kib)
+  need = lambda c, passes=PASSES: smem_bytes(c, d, itemsize, passes, arch)
   if not cfg.algorithm.bwd_tiled:
     for kind, role in ROLES.items():
-      if smem_bytes(cfg, d, itemsize, passes=(kind,))[1] > limit:
+      if need(cfg, (kind,))[1] > limit:
         cfg = cfg.evolve(bwd={role: RoleTiles()})
-    cfg = fewer_stages(cfg, lambda c: smem_bytes(c, d, itemsize)[1], limit)
-  fwd, bwd = smem_bytes(cfg, d, itemsize)
+    cfg = fewer_stages(cfg, lambda c: need(c)[1], limit)
+  fwd, bwd = need(cfg)
   bk = 64 if itemsize < 4 else 32
   if fwd > limit:
     cfg = tiled(cfg, "fwd", bk, d, itemsize, limit)

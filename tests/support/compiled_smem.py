@@ -1,7 +1,7 @@
 """Compile memeff_jax kernels for a CUDA architecture without a GPU and print each
 one's shared memory (bytes) as a JSON list: ``python -m tests.support.compiled_smem CC``
 with a JSON list of ``[module, kernel, signature, constexprs, warps, stages]`` on stdin
-(test_config.test_fitted_tiles_compile_within_smaller_gpus). Run without
+(test_config.test_fitted_tiles_compile_within_other_gpus). Run without
 TRITON_INTERPRET, so the kernels are compilable."""
 
 import importlib

@@ -25,16 +25,35 @@ from memeff_jax.config.smem import fewer_stages, smem_bytes, smem_limit
 
 
 @functools.cache
+def _device_capability() -> tuple[int, int] | None:
+  """The first device's compute capability (major, minor); None where it has none (a
+  CPU)."""
+  try:
+    major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
+  except (AttributeError, RuntimeError, ValueError):
+    return None
+  return major, minor
+
+
+def _device_arch() -> int | None:
+  """The first GPU's compute capability major (9: Hopper), None without one: what the
+  default tiles are fitted to beside the shared memory (``config.smem.TCGEN05_ARCHS``),
+  and the TMA tiles' condition (Hopper's alone)."""
+  found = _device_capability()
+  return None if found is None else found[0]
+
+
+@functools.cache
 def _device_smem_kib() -> int:
   """Shared memory one block may use on the first GPU (KiB): the driver's figure
   (``_compat.max_shared_bytes``), else by compute capability."""
   found = _compat.max_shared_bytes()
   if found:
     return found // 1024
-  try:
-    major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
-  except (AttributeError, RuntimeError, ValueError):
+  capability = _device_capability()
+  if capability is None:
     return 227
+  major, minor = capability
   if major in (9, 10):   # H100/H200, B200
     return 227
   if (major, minor) in ((8, 0), (8, 7)):   # A100, Orin
@@ -56,6 +75,7 @@ class PlanKey:
   smem_kib: int | None          # the GPU's shared memory a block (None: interpreter)
   tma: bool = False             # the GPU and jax-triton take TMA descriptors
   gluon: bool = False           # and Gluon Hopper kernels (``_compat.gluon_kernels``)
+  arch: int | None = None       # the GPU's compute capability major (None: interpreter)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +109,7 @@ def resolve_plan(key: PlanKey) -> Plan:
   """The plan of a block (see ``Plan``); cached by ``key``."""
   itemsize = jnp.dtype(key.dtype).itemsize
   default = default_config(key.d, key.dtype, interpret=key.interpret, smem_kib=key.smem_kib,
-                           tma=key.tma, gluon=key.gluon)
+                           tma=key.tma, gluon=key.gluon, arch=key.arch)
   cfg = key.config if key.config is not None else default
   user_tiles = key.config is not None and cfg.evolve(
       algorithm=dict(matryoshka_per_dim=default.algorithm.matryoshka_per_dim)) != default
@@ -144,10 +164,16 @@ class TritonBackend:
     H100's) for the interpreter."""
     return None if self.interpret else _device_smem_kib()
 
+  def _arch(self) -> int | None:
+    """The GPU's compute capability major the configs are fitted to; None for the
+    interpreter."""
+    return None if self.interpret else _device_arch()
+
   def _tma(self) -> bool:
-    """Whether the default tiles may count on TMA descriptors (never under the
-    interpreter, whose default tiles are its own)."""
-    return not self.interpret and _compat.tma_descriptors(False)
+    """Whether the default tiles may count on TMA descriptors: on Hopper, where their
+    tiles were measured (never under the interpreter, whose default tiles are its
+    own; other GPUs that take descriptors keep pointer loads by default)."""
+    return not self.interpret and _compat.tma_descriptors(False) and self._arch() == 9
 
   def _gluon(self) -> bool:
     """Whether the default tiles may count on the Gluon Hopper kernels."""
@@ -156,13 +182,13 @@ class TritonBackend:
   def default_config(self, d: int, dtype) -> KernelConfig:
     """The config a block of feature size ``d`` gets with ``config=None``."""
     return default_config(d, dtype, interpret=self.interpret, smem_kib=self._smem_kib(),
-                          tma=self._tma(), gluon=self._gluon())
+                          tma=self._tma(), gluon=self._gluon(), arch=self._arch())
 
   def plan(self, spec, x) -> Plan:
     """The plan of ``spec``'s block on rows ``x`` (``resolve_plan``, cached)."""
     return resolve_plan(PlanKey(self.interpret, spec.config, spec.dims, x.shape[1],
                                 jnp.dtype(x.dtype), self._smem_kib(), self._tma(),
-                                self._gluon()))
+                                self._gluon(), self._arch()))
 
   def _setup(self, spec, block: Block):
     """(config, prefix or None) of the block: the prefix is Matryoshka's
