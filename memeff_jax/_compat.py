@@ -503,7 +503,8 @@ def check_shared_memory(name: str, shared: int, limit: int | None) -> None:
     raise ValueError(
         f"config: kernel {name} needs {shared} bytes of shared memory a block, more than "
         f"the {limit} this GPU allows; pass a KernelConfig with smaller tiles (block_m, "
-        f"block_n, block_d) or fewer num_stages (memeff_jax.config.fit_smem fits one)")
+        f"block_n, block_d) or fewer num_stages (memeff_jax.config.fit_smem fits one to "
+        f"the GPU's KiB and compute capability major, its arch)")
 
 
 class _CompiledWarps:
