@@ -150,6 +150,16 @@ def arrays(args) -> list:
   return [a.base if isinstance(a, Tiles) else a for a in args if not isinstance(a, int)]
 
 
+def compute_capability() -> tuple[int, int] | None:
+  """The first device's compute capability (major, minor); None where it has none (a
+  CPU)."""
+  try:
+    major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
+  except (AttributeError, RuntimeError, ValueError):
+    return None
+  return major, minor
+
+
 @functools.cache
 def tma_descriptors(interpret: bool) -> bool:
   """Whether ``Tiles`` arguments can be launched: under Triton's interpreter, or on a
@@ -160,10 +170,10 @@ def tma_descriptors(interpret: bool) -> bool:
       import triton.tools.tensor_descriptor  # pylint: disable=g-import-not-at-top,unused-import
       return True
     jt = jax_triton()
-    major = int(str(jax.devices()[0].compute_capability).split(".")[0])
   except (ImportError, AttributeError, RuntimeError, ValueError):
     return False
-  return hasattr(jt, "TensorDescriptor") and major >= 9
+  cc = compute_capability()
+  return hasattr(jt, "TensorDescriptor") and cc is not None and cc[0] >= 9
 
 
 @functools.cache
@@ -177,10 +187,10 @@ def gluon_kernels(interpret: bool) -> bool:
   try:
     import triton.experimental.gluon.language.nvidia.hopper  # pylint: disable=g-import-not-at-top
     triton_lib = jax_triton().triton_lib
-    major = int(str(jax.devices()[0].compute_capability).split(".")[0])
   except (ImportError, AttributeError, RuntimeError, ValueError):
     return False
-  return (major == 9 and _version(triton.__version__) >= (3, 9)
+  cc = compute_capability()
+  return (cc is not None and cc[0] == 9 and _version(triton.__version__) >= (3, 9)
           and hasattr(triton_lib, "compile_ttir_inplace")
           and hasattr(triton_lib, "CompilationResult"))
 

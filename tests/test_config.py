@@ -534,12 +534,12 @@ def test_the_gpus_arch_comes_from_its_compute_capability(monkeypatch):
   class Device:
     compute_capability = "10.0"
   assert launch._device_arch() is None   # pylint: disable=protected-access
-  launch._device_capability.cache_clear()   # pylint: disable=protected-access
+  launch._device_arch.cache_clear()   # pylint: disable=protected-access
   monkeypatch.setattr(jax, "devices", lambda: [Device()])
   try:
     assert launch._device_arch() == 10   # pylint: disable=protected-access
   finally:
-    launch._device_capability.cache_clear()   # pylint: disable=protected-access
+    launch._device_arch.cache_clear()   # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("gluon", [False, True])

@@ -125,8 +125,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
       cfg = cfg.evolve(bwd=dict(gluon=True))
   if smem_kib is None and arch is None:
     return cfg
-  return fit_smem(cfg, d, np.dtype(dtype).itemsize, 227 if smem_kib is None else smem_kib,
-                  arch)
+  return fit_smem(cfg, d, np.dtype(dtype).itemsize, smem_kib, arch)
 
 
 def _cfg(fwd, bwd, *, fwd_d: int, bwd_d: int, bwd_do: int, one_sided_warps=None,

@@ -92,10 +92,10 @@ def fewer_stages(cfg: KernelConfig, need, limit: int) -> KernelConfig:
   return cfg
 
 
-def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int,
+def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int | None,
              arch: int | None = None) -> KernelConfig:
-  """``cfg``, fitted where a launch would exceed ``smem_kib`` (8 KiB kept free for
-  Triton's scratch) on a GPU of compute capability major ``arch`` (None: as sm_90): a
+  """``cfg``, fitted where a launch would exceed ``smem_kib`` (None: the H100's 227 KiB;
+  8 KiB kept free for Triton's scratch) on a GPU of compute capability major ``arch`` (None: as sm_90): a
   FlashAttention-shaped gradient first drops the role tiles (``BwdTiles.row_role`` /
   ``col_role``) that do not fit, then pipeline stages (down to 2), then the forward
   and/or gradient switch to the tiled kernels (whose chunked tiles need far less shared

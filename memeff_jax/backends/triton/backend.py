@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from memeff_jax import _compat
@@ -25,21 +24,11 @@ from memeff_jax.config.smem import fewer_stages, smem_bytes, smem_limit
 
 
 @functools.cache
-def _device_capability() -> tuple[int, int] | None:
-  """The first device's compute capability (major, minor); None where it has none (a
-  CPU)."""
-  try:
-    major, minor = (int(v) for v in str(jax.devices()[0].compute_capability).split("."))
-  except (AttributeError, RuntimeError, ValueError):
-    return None
-  return major, minor
-
-
 def _device_arch() -> int | None:
   """The first GPU's compute capability major (9: Hopper), None without one: what the
   default tiles are fitted to beside the shared memory (``config.smem.TCGEN05_ARCHS``),
   and the TMA tiles' condition (Hopper's alone)."""
-  found = _device_capability()
+  found = _compat.compute_capability()
   return None if found is None else found[0]
 
 
@@ -50,7 +39,7 @@ def _device_smem_kib() -> int:
   found = _compat.max_shared_bytes()
   if found:
     return found // 1024
-  capability = _device_capability()
+  capability = _compat.compute_capability()
   if capability is None:
     return 227
   major, minor = capability
