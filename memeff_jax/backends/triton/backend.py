@@ -134,7 +134,7 @@ def resolve_plan(key: PlanKey) -> Plan:
                                num_stages=3),
                       budgets=dict(slab_kib=max(2**19, paired.budgets.slab_kib),
                                    pair_block_cols=0)),
-        lambda c: smem_bytes(c, key.d, itemsize)[1], smem_limit(key.smem_kib))
+        lambda c: smem_bytes(c, key.d, itemsize, arch=key.arch)[1], smem_limit(key.smem_kib))
   return Plan(config=cfg, paired=paired, fused=fused, ladder=ladder, user_tiles=user_tiles)
 
 
