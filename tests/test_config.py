@@ -83,13 +83,49 @@ def test_b200_tiles_fit(d, dtype):
     assert b200 == h100
 
 
-@pytest.mark.parametrize("arch,error,match", [
-    ("10", TypeError, "arch must be None or an int"), (9.0, TypeError, "arch must be None"),
-    (True, TypeError, "arch must be None"), (0, ValueError, "arch must be >= 1")])
-def test_default_config_refuses_an_arch_no_gpu_has(arch, error, match):
-  # (a string or float arch fitted nothing: it is in no tuple of majors)
+BAD_ARCH = [("10", TypeError, "arch must be None or an int"), (9.0, TypeError, "arch must be None"),
+            (True, TypeError, "arch must be None"), (0, ValueError, "arch must be >= 1")]
+BAD_SMEM = [("227", TypeError, "smem_kib must be None or an int"),
+            (227.0, TypeError, "smem_kib must be None or an int"),
+            (False, TypeError, "smem_kib must be None or an int"),
+            (8, ValueError, "smem_kib must be > 8"), (-1, ValueError, "smem_kib must be > 8")]
+# Every public function that fits to a GPU, called with that GPU's arch and shared memory.
+FITTERS = {
+    "default_config": lambda arch, kib: default_config(512, jnp.bfloat16, smem_kib=kib,
+                                                       arch=arch),
+    "default_config_interpret": lambda arch, kib: default_config(
+        512, jnp.bfloat16, interpret=True, smem_kib=kib, arch=arch),
+    "fit_smem": lambda arch, kib: fit_smem(default_config(512, jnp.bfloat16), 512, 2, kib,
+                                           arch),
+    "smem_bytes": lambda arch, kib: smem_bytes(default_config(512, jnp.bfloat16), 512, 2,
+                                               arch=arch),
+    "paired_config": lambda arch, kib: paired_config(default_config(512, jnp.bfloat16), 512,
+                                                     2, kib),
+    "matryoshka_config": lambda arch, kib: matryoshka_config(
+        default_config(512, jnp.bfloat16), (64, 512), 2, kib),
+}
+
+
+@pytest.mark.parametrize("fitter", ["default_config", "default_config_interpret", "fit_smem",
+                                    "smem_bytes"])
+@pytest.mark.parametrize("arch,error,match", BAD_ARCH)
+def test_fitting_refuses_an_arch_no_gpu_has(fitter, arch, error, match):
+  # A string or float arch is in no tuple of majors: it fitted silently as sm_90. Every
+  # function that takes an arch refuses it, default_config before its interpreter return.
   with pytest.raises(error, match=match):
-    default_config(512, jnp.bfloat16, smem_kib=227, arch=arch)
+    FITTERS[fitter](arch, 227)
+  assert FITTERS[fitter](10, 227) is not None   # (a B200's fits: the check is the arch's)
+
+
+@pytest.mark.parametrize("fitter", ["default_config", "default_config_interpret", "fit_smem",
+                                    "paired_config", "matryoshka_config"])
+@pytest.mark.parametrize("smem_kib,error,match", BAD_SMEM)
+def test_fitting_refuses_shared_memory_no_gpu_has(fitter, smem_kib, error, match):
+  # A string failed on a comparison with no name in it; 8 KiB or less left no bytes
+  # past Triton's scratch, and fitting returned a config that fits nothing.
+  with pytest.raises(error, match=match):
+    FITTERS[fitter](None, smem_kib)
+  assert FITTERS[fitter](None, 9) is not None
 
 
 def test_a100_gradient_at_512_is_tiled():

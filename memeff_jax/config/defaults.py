@@ -9,7 +9,8 @@ import numpy as np
 
 from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig,
                                       RoleTiles)
-from memeff_jax.config.smem import TILED_FORWARD, fit_smem, pow2
+from memeff_jax.config.smem import (TILED_FORWARD, check_arch, check_smem_kib, fit_smem,
+                                    pow2)
 
 
 # Feature sizes (d_pad) whose 16-bit bounded forward is stats_gluon's kernel where the
@@ -65,13 +66,8 @@ def default_config(d: int, dtype, *, interpret: bool = False,
     raise TypeError(f"d must be an int (the feature size), got {d!r}")
   if d < 1:
     raise ValueError(f"d must be >= 1 (the feature size), got d={d}")
-  if arch is not None:
-    if not isinstance(arch, numbers.Integral) or isinstance(arch, bool):
-      raise TypeError(f"arch must be None or an int (a compute capability's major version, "
-                      f"9 for an H100), got arch={arch!r}")
-    if arch < 1:
-      raise ValueError(f"arch must be >= 1 (a compute capability's major version), got "
-                       f"arch={arch}")
+  check_smem_kib(smem_kib)   # (here too: the interpreter's return below fits nothing)
+  check_arch(arch)
   try:
     floating = dtype is not None and np.dtype(dtype).name in _FLOATS
   except TypeError:

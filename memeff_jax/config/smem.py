@@ -3,6 +3,8 @@ memory than the H100/H200 the default table was measured on."""
 
 from __future__ import annotations
 
+import numbers
+
 from memeff_jax.config.kernel import ROLES, KernelConfig, RoleTiles
 
 
@@ -28,6 +30,37 @@ PASSES = ((True, True), *ROLES)
 TILED_FORWARD = dict(fwd_tiled=True, fwd_col_pass=False)
 
 
+def _whole(value) -> bool:
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_arch(arch) -> None:
+  """``arch`` as the fitting functions take it: None (sm_90) or a compute capability's
+  major version (an int >= 1). A string or float would match no tuple of majors and
+  fit silently as sm_90."""
+  if arch is None:
+    return
+  if not _whole(arch):
+    raise TypeError(f"arch must be None or an int (a compute capability's major version, "
+                    f"9 for an H100), got arch={arch!r}")
+  if arch < 1:
+    raise ValueError(f"arch must be >= 1 (a compute capability's major version), got "
+                     f"arch={arch}")
+
+
+def check_smem_kib(smem_kib) -> None:
+  """``smem_kib`` as the fitting functions take it: None (the H100's 227 KiB) or the KiB
+  of shared memory one block may use, an int above the 8 KiB kept for Triton's scratch."""
+  if smem_kib is None:
+    return
+  if not _whole(smem_kib):
+    raise TypeError(f"smem_kib must be None or an int (KiB of shared memory a block, 227 "
+                    f"for an H100), got smem_kib={smem_kib!r}")
+  if smem_kib <= 8:
+    raise ValueError(f"smem_kib must be > 8 (KiB of shared memory a block; 8 are kept for "
+                     f"Triton's scratch), got smem_kib={smem_kib}")
+
+
 def smem_bytes(cfg: KernelConfig, d: int, itemsize: int, passes=PASSES,
                arch: int | None = None) -> tuple[int, int]:
   """Estimated shared memory of the (forward, gradient) kernels ``cfg`` launches for
@@ -35,7 +68,9 @@ def smem_bytes(cfg: KernelConfig, d: int, itemsize: int, passes=PASSES,
   (a resident row tile plus ``stages`` streamed tiles, or ``stages`` chunk pairs).
   The FlashAttention-shaped gradient's: the largest of its ``passes``, each on its
   tiles (``BwdTiles.for_pass``), and on a GPU of compute capability major ``arch`` in
-  ``TCGEN05_ARCHS`` a 16-bit one with resident rows holds one more column tile."""
+  ``TCGEN05_ARCHS`` a 16-bit one with resident rows holds one more column tile.
+  Raises TypeError / ValueError for an ``arch`` that is not None or an int >= 1."""
+  check_arch(arch)
   d_pad = pow2(d)
   extra = lambda bn, bd: (bn * d_pad * itemsize if arch in TCGEN05_ARCHS and itemsize < 4
                           and bd >= d_pad else 0)
@@ -80,7 +115,8 @@ def tiled(cfg: KernelConfig, pass_: str, bk: int, d: int, itemsize: int,
 
 def smem_limit(smem_kib: int | None) -> int:
   """Bytes of shared memory a launch may use: ``smem_kib`` (None: the H100's 227 KiB)
-  less 8 KiB kept free for Triton's scratch."""
+  less 8 KiB kept free for Triton's scratch (``check_smem_kib``'s errors otherwise)."""
+  check_smem_kib(smem_kib)
   return ((227 if smem_kib is None else smem_kib) - 8) * 2**10
 
 
@@ -102,7 +138,9 @@ def fit_smem(cfg: KernelConfig, d: int, itemsize: int, smem_kib: int | None,
   memory). An H100/H200 (227 KiB) never needs it; an A100 (163 KiB), a consumer GPU
   (99 KiB) or a B200 (227 KiB, ``TCGEN05_ARCHS``: the 16-bit gradient at d_pad = 512)
   can (the 16-bit gradient at d_pad = 128 keeps its tile on a 99 KiB GPU with 2
-  stages). Not measured on those GPUs: compiled for them (tests/test_config.py)."""
+  stages). Not measured on those GPUs: compiled for them (tests/test_config.py).
+  Raises TypeError / ValueError for a ``smem_kib`` or ``arch`` that no GPU has
+  (``check_smem_kib``, ``check_arch``)."""
   limit = smem_limit(smem_kib)
   need = lambda c, passes=PASSES: smem_bytes(c, d, itemsize, passes, arch)
   if not cfg.algorithm.bwd_tiled:
