@@ -655,6 +655,35 @@ def test_siglip_triton(b, d, option, dtype):
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+@pytest.mark.parametrize("d", [2560, 4096])
+@pytest.mark.parametrize("family", ["clip", "lit", "qwen3", "lit_qwen3", "siglip"])
+def test_llm_embedding_sizes_triton(family, d, dtype):
+  # The feature sizes of LLM-based embedders (Qwen3-Embedding-4B's 2560, -8B's 4096), far
+  # past the tests' 1152, on the backend's own tiles for this GPU and stack (config=None;
+  # fp32: those tiles with "ieee" dots, the default tf32 costing ~3 digits): every family
+  # against the float64 reference, value and gradients (compare).
+  b = 700
+  cfg = None if dtype != jnp.float32 else launch.TritonBackend().default_config(
+      d, dtype).evolve(algorithm=dict(precision="ieee"))
+  if family in ("qwen3", "lit_qwen3"):
+    q, doc, h = qwen3_batch(b, b, d, 3, dtype)
+    opts = dict(use_qq_negatives=True, margin=decisive_margin(q, doc, h, (d,), 0.05),
+                label_smoothing=0.1)
+    if family == "qwen3":
+      opts["use_dd_negatives"] = True
+    arrays, t = [q, doc, h], 0.07
+  else:
+    arrays, t = features(b + d, [(b, d), (b, d)], dtype), 0.07
+    opts = (dict(bias=-5.0) if family == "siglip" else
+            dict(label_smoothing=0.1, lse_square_scale=1e-3))
+    if family == "siglip":
+      t = 0.1
+  fn = getattr(mj, f"{family}_loss")
+  compare(lambda *a, **k: fn(*a, backend="triton", config=cfg, **k),
+          getattr(reference, f"{family}_loss"), arrays, dtype=dtype, temperature=t, **opts)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("case", ["st_joint", "st_per_direction", "gte_where", "shared_qwen3",
                                   "shared_lit_qwen3", "shared_clip", "shared_lit", "st_dims"])
 def test_porting_triton(case, dtype):
