@@ -10,6 +10,7 @@ A marker may appear in either file (the README keeps the headline, docs/benchmar
 every section):
 
   table:headline        every loss at B = 65536, D = 512: memeff_jax vs memeff
+  table:llm             every loss at the feature sizes of LLM-based embedders (2560, 4096)
   text:headline-more    B = 16384 against the dense XLA loss, and B = 1,048,576
   table:bxd-clip/-lit   B x D, every provider (bench_losses.py's table stage)
   text:bxd-before       the cells a later run replaced (marked *), as first measured
@@ -48,7 +49,7 @@ LABELS = {"clip": "CLIP", "lit": "LiT", "qwen3": "Qwen3", "qwen3_qqdd": "Qwen3 +
           "clip_mrl": "Matryoshka CLIP (fused)", "lit_mrl": "Matryoshka LiT (fused)",
           "qwen3_mrl": "Matryoshka Qwen3 (fused)", "lit_qwen3_mrl": "Matryoshka LiT-Qwen3 (fused)",
           "clip_mrl_eager": "Matryoshka CLIP (eager)",
-          "clip_mrl_one": "Matryoshka CLIP (fused, one block)"}
+          "clip_mrl_one": "Matryoshka CLIP (fused, one block)", "siglip": "SigLIP"}
 NO_TFLOPS = {"qwen3_k7"}   # the flop count leaves out the hard negatives' work
 # The B x D cells, in this order: ours (with its TFLOP/s), then the others that ran.
 BXD_PROVIDERS = ("triton", "blockwise", "dense", "reference", "memeff")
@@ -116,6 +117,28 @@ def headline(rows: list[dict]) -> str:
       cells += ["-", "-"]
     out.append(cells)
   return table([f"B={b}, D={d}", "memeff_jax", "memeff", "memeff / memeff_jax"], out)
+
+
+def by_dim(rows: list[dict]) -> str:
+  """Every loss at each feature size of the rows (one batch): memeff_jax's time, TFLOP/s
+  and extra memory against memeff's (bench_losses.py at --dims D1,D2,...)."""
+  get = by_key(rows, "bench", "provider", "dim")
+  out = []
+  for name in sorted({r["bench"] for r in rows}, key=order):
+    for d in sorted({r["dim"] for r in rows}):
+      ours, theirs = get.get((name, "triton", d)), get.get((name, "memeff", d))
+      if not ours:
+        continue
+      flops = "" if name in NO_TFLOPS else f"{ours['tflops']:.0f} TFLOP/s, "
+      cells = [label(name), str(d), f"{fmt_ms(ours['ms'])} ms, {flops}{ours['extra_gib']:.2f} GiB"]
+      if theirs and theirs["ms"]:
+        cells += [f"{fmt_ms(theirs['ms'])} ms, {theirs['extra_gib']:.2f} GiB",
+                  f"{theirs['ms'] / ours['ms']:.2f}x"]
+      else:
+        cells += ["-", "-"]
+      out.append(cells)
+  return table([f"B={rows[0]['batch']}", "D", "memeff_jax", "memeff", "memeff / memeff_jax"],
+               out)
 
 
 def headline_more(rows16k: list[dict], rows1m: list[dict]) -> str:
@@ -480,6 +503,9 @@ def sections(results: str, prefix: str, plots: str, later: list[str],
     out["text:headline-more"] = headline_more(
         read(path("headline16k_triton"), path("headline16k_memeff")),
         read(path("1m")) if have("1m") else [])
+  if have("llm_triton"):
+    out["table:llm"] = by_dim(read(path("llm_triton"),
+                                   *([path("llm_memeff")] if have("llm_memeff") else [])))
   tables = sorted(glob.glob(path("table_*")))
   if tables:
     cells, replaced = bxd_cells(read(*tables),

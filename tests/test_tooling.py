@@ -193,6 +193,30 @@ def test_markers_render_from_their_prefix(tmp_path):
   assert done.value.code == 0
 
 
+def test_llm_table_has_a_row_per_loss_and_feature_size(tmp_path):
+  # table:llm from PREFIX_llm_{triton,memeff}.csv: one row per (loss, D) in the losses'
+  # order, then D; memeff's time over ours; a row memeff did not run (SigLIP) gets "-".
+  results = tmp_path / "results"
+  results.mkdir()
+  header = "bench,provider,batch,dim,dtype,ms,ms_min,extra_gib,tflops\n"
+  ours = {("siglip", 2560): 90.0, ("clip", 4096): 300.0, ("clip", 2560): 200.0}
+  theirs = {("clip", 4096): 750.0, ("clip", 2560): 410.0}
+  for prov, cells in (("triton", ours), ("memeff", theirs)):
+    (results / f"gpu_llm_{prov}.csv").write_text(header + "".join(
+        f"{n},{prov},65536,{d},bfloat16,{ms},{ms},0.5,600\n" for (n, d), ms in cells.items()))
+  bench = tmp_path / "benchmarks.md"
+  bench.write_text("<!-- table:llm -->\nold\n<!-- /table:llm -->\n")
+  readme = tmp_path / "README.md"
+  readme.write_text("")
+  render_tables.main(["--results", str(results), "--readme", str(readme), "--benchmarks",
+                      str(bench), "--prefix", "gpu"])
+  rows = [l for l in bench.read_text().splitlines() if l.startswith("| ") and "---" not in l]
+  assert [r.split(" | ")[:2] for r in rows[1:]] == [["| CLIP", "2560"], ["| CLIP", "4096"],
+                                                    ["| SigLIP", "2560"]]
+  assert rows[1].endswith(f"| {410 / 200:.2f}x |") and rows[2].endswith(f"| {750 / 300:.2f}x |")
+  assert rows[3].endswith("| - | - |") and "| 90.0 ms, 600 TFLOP/s, 0.50 GiB |" in rows[3]
+
+
 def test_ncu_summary_keeps_named_metrics_and_shares_samples_by_opcode(tmp_path):
   # A raw page (a line before the header, a column a metric, a row of units, a row a
   # launch; numbers with thousands separators) and a SASS page (a header row a launch)
