@@ -10,7 +10,8 @@ A marker may appear in either file (the README keeps the headline, docs/benchmar
 every section):
 
   table:headline        every loss at B = 65536, D = 512: memeff_jax vs memeff
-  table:llm             every loss at the feature sizes of LLM-based embedders (2560, 4096)
+  table:llm, llm16k     every loss at the feature sizes of LLM-based embedders (2560, 4096),
+                        B = 65536 and 16384
   text:headline-more    B = 16384 against the dense XLA loss, and B = 1,048,576
   table:bxd-clip/-lit   B x D, every provider (bench_losses.py's table stage)
   text:bxd-before       the cells a later run replaced (marked *), as first measured
@@ -503,9 +504,10 @@ def sections(results: str, prefix: str, plots: str, later: list[str],
     out["text:headline-more"] = headline_more(
         read(path("headline16k_triton"), path("headline16k_memeff")),
         read(path("1m")) if have("1m") else [])
-  if have("llm_triton"):
-    out["table:llm"] = by_dim(read(path("llm_triton"),
-                                   *([path("llm_memeff")] if have("llm_memeff") else [])))
+  for stage in ("llm", "llm16k"):   # (B = 65536; 16384)
+    if have(f"{stage}_triton"):
+      out[f"table:{stage}"] = by_dim(read(path(f"{stage}_triton"), *(
+          [path(f"{stage}_memeff")] if have(f"{stage}_memeff") else [])))
   tables = sorted(glob.glob(path("table_*")))
   if tables:
     cells, replaced = bxd_cells(read(*tables),
