@@ -107,17 +107,20 @@ def headline(rows: list[dict]) -> str:
   out = []
   for name in ("clip", "lit", "qwen3", "qwen3_qqdd", "qwen3_k7", "lit_qwen3"):
     ours, theirs = get.get((name, "triton")), get.get((name, "memeff"))
-    if not ours:
-      continue
-    flops = "" if name in NO_TFLOPS else f"{ours['tflops']:.0f} TFLOP/s, "
-    cells = [LABELS[name], f"{ours['ms']:.1f} ms, {flops}{ours['extra_gib']:.2f} GiB"]
-    if theirs and theirs["ms"]:
-      cells += [f"{theirs['ms']:.1f} ms, {theirs['extra_gib']:.2f} GiB",
-                f"{theirs['ms'] / ours['ms']:.2f}x"]
-    else:
-      cells += ["-", "-"]
-    out.append(cells)
+    if ours:
+      out.append([LABELS[name], *versus(name, ours, theirs, lambda v: f"{v:.1f}")])
   return table([f"B={b}, D={d}", "memeff_jax", "memeff", "memeff / memeff_jax"], out)
+
+
+def versus(name: str, ours: dict, theirs: dict | None, ms) -> list[str]:
+  """A loss's cells against memeff: ours (time by ``ms``, TFLOP/s, extra memory), memeff's
+  (time, memory) and the ratio of the times; "-" where memeff did not run."""
+  flops = "" if name in NO_TFLOPS else f"{ours['tflops']:.0f} TFLOP/s, "
+  cells = [f"{ms(ours['ms'])} ms, {flops}{ours['extra_gib']:.2f} GiB"]
+  if theirs and theirs["ms"]:
+    return cells + [f"{ms(theirs['ms'])} ms, {theirs['extra_gib']:.2f} GiB",
+                    f"{theirs['ms'] / ours['ms']:.2f}x"]
+  return cells + ["-", "-"]
 
 
 def by_dim(rows: list[dict]) -> str:
@@ -128,16 +131,8 @@ def by_dim(rows: list[dict]) -> str:
   for name in sorted({r["bench"] for r in rows}, key=order):
     for d in sorted({r["dim"] for r in rows}):
       ours, theirs = get.get((name, "triton", d)), get.get((name, "memeff", d))
-      if not ours:
-        continue
-      flops = "" if name in NO_TFLOPS else f"{ours['tflops']:.0f} TFLOP/s, "
-      cells = [label(name), str(d), f"{fmt_ms(ours['ms'])} ms, {flops}{ours['extra_gib']:.2f} GiB"]
-      if theirs and theirs["ms"]:
-        cells += [f"{fmt_ms(theirs['ms'])} ms, {theirs['extra_gib']:.2f} GiB",
-                  f"{theirs['ms'] / ours['ms']:.2f}x"]
-      else:
-        cells += ["-", "-"]
-      out.append(cells)
+      if ours:
+        out.append([label(name), str(d), *versus(name, ours, theirs, fmt_ms)])
   return table([f"B={rows[0]['batch']}", "D", "memeff_jax", "memeff", "memeff / memeff_jax"],
                out)
 
