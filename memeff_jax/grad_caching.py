@@ -216,7 +216,13 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
   out = (value, aux) if has_aux else value
   if not any(live):
     return out, grads, state_out
-  axes = tuple(sorted(_vma(batch) - _vma(params), key=str))
+  # Per parameter leaf, the mesh axes its chunks' gradients are summed over at the end:
+  # those the batch varies over and it does not (a replicated bias or temperature sums
+  # over the data axis; an FSDP shard gathered in embed_fn varies with the batch, and
+  # its vjp sums its own).
+  batch_axes = _vma(batch)
+  p_leaves, p_tree = jax.tree.flatten(params)
+  axes = [tuple(sorted(batch_axes - varying_axes(v), key=str)) for v in p_leaves]
   p_local = vary_like(params, batch)
 
   def pull(acc, st, start, rows, i):
@@ -231,18 +237,24 @@ def cached_value_and_grad(embed: Callable, loss: Callable, params, state, batch,
     _, vjp = jax.vjp(kept, p_local)
     return jax.tree.map(operator.add, acc, vjp(g)[0])
 
-  # The accumulator starts from the loss's own gradients (a learnable temperature's),
-  # or, inside shard_map, from zeros summed over the devices at the end.
-  acc = jax.tree.map(jnp.zeros_like, p_local) if axes else grads
+  # A leaf's accumulator starts from the loss's own gradient (a learnable
+  # temperature's), or, where it is summed over devices at the end, from zeros.
+  g_leaves = p_tree.flatten_up_to(grads)
+  acc = p_tree.unflatten([jnp.zeros_like(v) if ax else g for v, g, ax in
+                          zip(p_tree.flatten_up_to(p_local), g_leaves, axes)])
   if full:
     acc = lax.fori_loop(
         0, full, lambda i, a: pull(a, jax.tree.map(operator.itemgetter(i), states),
                                    i * chunk_size, chunk_size, i), acc)
   if rem:
     acc = pull(acc, state_rem, full * chunk_size, rem, full)
-  if axes:   # one all-reduce of the parameter gradients, after the last chunk
-    acc = jax.tree.map(operator.add, grads, lax.psum(acc, axes))
-  return out, acc, state_out
+  # One all-reduce per set of axes, after the last chunk.
+  acc = p_tree.flatten_up_to(acc)
+  for ax in sorted(set(axes) - {()}, key=str):
+    ks = [k for k, a in enumerate(axes) if a == ax]
+    for k, v in zip(ks, lax.psum([acc[k] for k in ks], ax)):
+      acc[k] = g_leaves[k] + v
+  return out, p_tree.unflatten(acc), state_out
 
 
 def _batch_rows(batch) -> int:
@@ -279,7 +291,8 @@ def _is_zero(jaxpr, var) -> bool:
     return not np.any(np.asarray(var.val))
   for eqn in jaxpr.eqns:
     if var in eqn.outvars:
-      if eqn.primitive.name in ("broadcast_in_dim", "convert_element_type", "reshape"):
+      if eqn.primitive.name in ("broadcast_in_dim", "convert_element_type", "reshape",
+                                "pvary", "pcast"):   # (inside shard_map: varying)
         return _is_zero(jaxpr, eqn.invars[0])
       return False
   return False

@@ -133,16 +133,23 @@ def test_locked_tower_is_not_embedded_again():
   params = towers.params(jnp.float32, towers=("a",))
   params["locked"] = [jnp.ones((FEAT, 13)), jnp.ones((13, EMB))]
   batch = towers.batch(8, jnp.float32)
-  def hlo(family):
-    step = jax.jit(grad_cache(embed, towers.loss(family), chunk_size=4))
-    return step.lower(params, batch).compile().as_text()
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+  def hlo(family, ring):
+    # ring: each of two devices chunks its 4 rows, the ring loss in the middle (there
+    # the locked features' zero gradient comes cast to varying over the axis)
+    step = grad_cache(embed, towers.loss(family, axis_name="data" if ring else None),
+                      chunk_size=2 if ring else 4)
+    if ring:
+      step = jax.shard_map(step, mesh=mesh, in_specs=(P(), P("data")), out_specs=P())
+    return jax.jit(step).lower(params, batch).compile().as_text()
   dots_13 = lambda text: sum(" dot(" in line and "13]" in line.split("=")[1].split(" dot(")[0]
                              for line in text.splitlines() if "=" in line)
-  # CLIP trains both towers: forward (2 dots) twice, and the gradient's dots.
-  assert dots_13(hlo("clip")) > 2
-  # LiT: the locked tower's two dots of the first pass only (f32[..,13] hidden output
-  # and the [13, EMB] layer's input-side shapes do not recur in a gradient pass).
-  assert dots_13(hlo("lit")) <= 1
+  for ring in (False, True):
+    # CLIP trains both towers: forward (2 dots) twice, and the gradient's dots.
+    assert dots_13(hlo("clip", ring)) > 2, ring
+    # LiT: the locked tower's two dots of the first pass only (f32[..,13] hidden output
+    # and the [13, EMB] layer's input-side shapes do not recur in a gradient pass).
+    assert dots_13(hlo("lit", ring)) <= 1, ring
   # Its gradients are still right (zero for the locked tower).
   with jax.enable_x64(False):
     got = grad_cache(embed, towers.loss("lit"), chunk_size=3)(params, batch)
@@ -184,6 +191,31 @@ def test_shard_map_with_per_device_dropout():
     args = towers.params(jnp.float64), towers.batch(24, jnp.float64), jax.random.key(5)
     got = per_device(grad_cache(towers.embed, loss_fn, chunk_size=2))(*args)
     want = per_device(towers.plain(towers.embed, loss_fn, 2))(*args)
+    towers.assert_close(got, want, 1e-10)
+
+
+@pytest.mark.parametrize("chunk", [2, 4, 8])
+def test_shard_map_with_a_weight_sharded_like_the_batch(chunk):
+  # FSDP: tower a's first weight is split over the devices and gathered in embed_fn
+  # (that leaf varies over the axis), the other leaves replicated. Each leaf's gradient
+  # is the plain step's in the same shard_map: the replicated ones summed over the
+  # devices, the shard its own (6 rows a device: chunks of 2, a remainder of 2, one
+  # short chunk of 6).
+  mesh = jax.sharding.Mesh(np.array(jax.devices()[:2]), ("data",))
+
+  def embed(p, chunk_, key):
+    a = [jax.lax.all_gather(p["a"][0], "data", tiled=True), p["a"][1]]
+    return towers.embed({**p, "a": a}, chunk_, key, dropout=False)
+
+  loss_fn = towers.loss("clip", axis_name="data")
+  def per_device(step):
+    spec = {"a": [P("data"), P()], "b": [P(), P()], "log_scale": P()}
+    return jax.jit(jax.shard_map(step, mesh=mesh, in_specs=(spec, P("data")),
+                                 out_specs=(P(), spec), check_vma=True))
+  with jax.enable_x64(True):
+    args = towers.params(jnp.float64), towers.batch(12, jnp.float64)
+    got = per_device(grad_cache(embed, loss_fn, chunk_size=chunk))(*args)
+    want = per_device(towers.plain(embed, loss_fn, chunk))(*args)
     towers.assert_close(got, want, 1e-10)
 
 
