@@ -59,6 +59,18 @@ def varying_axes(v) -> frozenset:
   return frozenset(getattr(aval, "vma", ()))
 
 
+def on_context_mesh(outs):
+  """Launch outputs (built from shapes alone, so on no mesh, as ``jax.pure_callback``'s
+  and jax-triton's are) placed on the context's mesh, replicated, as an array that jnp
+  makes there is: under ``jax.set_mesh`` with Explicit axes, jnp refuses to mix the two
+  (a loop carry updated with a slab's results)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return outs
+  return [jax.sharding.reshard(v, jax.sharding.PartitionSpec())
+          if jax.typeof(v).sharding.mesh.empty else v for v in outs]
+
+
 def jax_triton():
   """``jax_triton``, its first import leaving TRITON_CACHE_DIR as it was: jax-triton
   0.3.1 sets it to "" as it is imported (Triton's cache manager, which ``triton.compile``

@@ -96,6 +96,31 @@ def test_meshes_axes_and_layouts(mesh, axis, layout):
     _assert_same(g(x, y), want)
 
 
+@pytest.mark.parametrize("case", ["siglip", "clip_matryoshka_bf16"])
+def test_triton_kernels_under_set_mesh(case):
+  # The kernels' outputs are built from shapes alone, on no mesh; under jax.set_mesh on
+  # Explicit axes they meet loop carries jnp made on the mesh (SigLIP's summed slabs
+  # and the 16-bit Matryoshka forward's raised a ShardingTypeError there). On one
+  # device and through sharded, eagerly differentiated: the call with no mesh set
+  # (one device: the same arithmetic; the ring: its own summation order, bf16
+  # gradients within two bf16 ulps).
+  x, y, _ = _data()
+  fn, kw, tol = mj.siglip_loss, {}, 2e-5
+  if case != "siglip":
+    x, y = x.astype(jnp.bfloat16), y.astype(jnp.bfloat16)
+    fn, kw, tol = mj.clip_loss, dict(matryoshka_dims=(4, D)), 2**-7
+  step = lambda f: jax.value_and_grad(lambda a, b: f(a, b, backend="interpret", **kw), (0, 1))
+  want = step(fn)(x, y)
+  m = MESHES["explicit"]()
+  with jax.set_mesh(m):
+    one = step(fn)(x, y)
+    ring = step(mj.sharded(fn, m, ("data", "fsdp")))(x, y)
+  for got, g_tol in ((one, 1e-6), (ring, tol)):
+    assert rel_err(got[0], want[0]) <= 2e-6, (float(got[0]), float(want[0]))
+    for a, b in zip(got[1], want[1]):
+      assert a.dtype == b.dtype and grad_err(a, b) <= g_tol, grad_err(a, b)
+
+
 def test_numpy_per_row_arrays_are_split():
   x, y, tau = _data()
   f = mj.sharded(mj.lit_loss, Mesh(np.array(jax.devices()[:2]), ("batch",)), "batch")

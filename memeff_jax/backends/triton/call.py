@@ -48,7 +48,7 @@ def call(kernel, *args, out_shapes, grid, num_warps, num_stages, name, interpret
                                name=name, num_warps=num_warps, num_stages=num_stages,
                                **constexprs)
   # Inside shard_map the launch's outputs vary over the axes its inputs vary over.
-  return _compat.vary_like(tuple(outs), _compat.arrays(args))
+  return _compat.vary_like(tuple(_compat.on_context_mesh(outs)), _compat.arrays(args))
 
 
 def offsets(offs, *more) -> jax.Array:
