@@ -169,6 +169,9 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
 
   Raises:
     TypeError, ValueError: as :func:`memeff_jax.grad_cache`.
+    ValueError: at trace time, ``embed_fn`` adding or removing state (``Module.sow``'s
+      intermediates): the chunks are embedded in one loop, whose state keeps its
+      structure (``loss_fn`` may sow).
 
   Example:
     >>> import jax, jax.numpy as jnp, optax
@@ -208,7 +211,14 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
 
     def embed(p, st, chunk, i):
       del i
-      return run(embed_fn, p, st, chunk)
+      e, new = run(embed_fn, p, st, chunk)
+      if jax.tree.structure(new) != jax.tree.structure(st):
+        raise ValueError(
+            "embed_fn changed the structure of the model's state (a Variable added or "
+            "removed, as Module.sow does): grad_cache embeds the chunks in one loop, "
+            "whose state keeps its structure; sow from loss_fn, or return such values "
+            "with the embeddings")
+      return e, new
 
     loss = lambda p, st, e: run(loss_fn, p, st, e)
     out, grads, state = cached_value_and_grad(embed, loss, params, state, batch,

@@ -289,6 +289,40 @@ def test_nnx_step_with_dropout_batch_norm_and_a_learnable_temperature():
     assert int(model.drop.rngs.count[...]) == 3 * 2   # 3 chunks x 2 dropout calls
 
 
+@pytest.mark.filterwarnings("ignore:Using 'Module.sow:DeprecationWarning")
+def test_nnx_sow_in_embed_fn_is_a_value_error():
+  # Module.sow adds state on its first call: the chunks' loop could not carry it (a
+  # scan's pytree error). A named ValueError instead; sowing from loss_fn, which runs
+  # once, leaves the step's loss and gradients those of the step without it.
+  nnx = pytest.importorskip("flax.nnx")
+  from memeff_jax import nnx as mnnx  # pylint: disable=g-import-not-at-top
+
+  class DualEncoder(nnx.Module):
+    def __init__(self, rngs):
+      self.image, self.text = nnx.Linear(FEAT, EMB, rngs=rngs), nnx.Linear(FEAT, EMB, rngs=rngs)
+      self.loss = mnnx.CLIPLoss(temperature=0.1, backend="blockwise")
+
+  def embed(m, b, sow=False):
+    a = m.image(b["a"])
+    if sow:
+      m.sow(nnx.Intermediate, "norm", jnp.mean(jnp.linalg.norm(a, axis=-1)))
+    return {"a": a, "b": m.text(b["b"])}
+
+  def loss_fn(m, e, sow=False):
+    if sow:
+      m.sow(nnx.Intermediate, "mean", jnp.mean(e["a"]))
+    return m.loss(e["a"], e["b"])
+
+  batch = towers.batch(12, jnp.float32)
+  step = lambda e, l: nnx.jit(mnnx.grad_cache(e, l, chunk_size=4))(
+      DualEncoder(nnx.Rngs(0)), batch)
+  with pytest.raises(ValueError, match="embed_fn changed the structure"):
+    step(functools.partial(embed, sow=True), loss_fn)
+  got, want = step(embed, functools.partial(loss_fn, sow=True)), step(embed, loss_fn)
+  towers.assert_close((got[0], nnx.to_pure_dict(got[1])), (want[0], nnx.to_pure_dict(want[1])),
+                      0.0, trained=("image", "kernel"))
+
+
 @pytest.mark.parametrize("mesh_kind", ["Mesh", "make_mesh under set_mesh"])
 def test_under_sharded_with_global_arrays(mesh_kind):
   # Global arrays through memeff_jax.sharded: the step closes over the (replicated)
