@@ -232,13 +232,17 @@ def taint(v, c):
   """``v``, whose cotangent gets ``c`` (``poison_flag``) added: NaN gradients for a
   large input inside its cotangent's own elementwise pass, where ``poison``'s
   ``sum(c * v)`` adds a second cotangent of v's size (+128 MiB of XLA temporaries
-  for LiT at B = 65536, D = 512)."""
-  del c
-  return v
+  for LiT at B = 65536, D = 512).
+
+  The value is ``v`` selected by ``c`` (XLA folds the select away), so that under
+  ``jax.vmap`` with ``c`` batched (a batched temperature) and ``v`` not, the value is
+  batched too: each member's cotangent then gets its own ``c``. Returned as ``v``
+  itself, the summed cotangent would come back once a member (N times too large)."""
+  return jnp.where(jnp.isnan(c), v, v)
 
 
 def _taint_fwd(v, c):
-  return v, c
+  return jnp.where(jnp.isnan(c), v, v), c
 
 
 def _taint_bwd(c, g):
