@@ -120,6 +120,20 @@ def test_guard_refuses_vmap_and_grad_of_grad_on_the_triton_family():
                                                      backend=n)))(jnp.float32(0.1))
 
 
+@pytest.mark.parametrize("backend", ["blockwise", "reference"])
+def test_exports_at_concrete_sizes(backend):
+  # jax.export of a jitted value-and-grad step: called, the step's loss and gradients.
+  # (Serializing it needs the flatbuffers package, which jax does not install.)
+  from jax import export   # pylint: disable=g-import-not-at-top
+  x, y = (jax.random.normal(jax.random.key(i), (12, 16)) for i in (0, 1))
+  step = jax.jit(jax.value_and_grad(lambda a, b, t: mj.clip_loss(a, b, temperature=t,
+                                                                 backend=backend), (0, 1, 2)))
+  exported = export.export(step)(x, y, jnp.float32(0.07))
+  for got, want in zip(jax.tree.leaves(exported.call(x, y, jnp.float32(0.07))),
+                       jax.tree.leaves(step(x, y, jnp.float32(0.07)))):
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+
+
 @pytest.mark.parametrize("family", ["clip", "siglip"])
 def test_symbolic_batch_exports_on_the_reference_alone(family):
   # jax.export with a symbolic batch: the tiling backends need concrete sizes and say
