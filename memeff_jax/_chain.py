@@ -259,7 +259,10 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
     for n_neg in n_negs:
       _validation.check_negatives(tau, n_neg, ctx.batch)
   elif tau is not None:   # known at run time only: no negatives to debias -> NaN
-    late = functools.reduce(jnp.logical_and, [n_neg > 0 for n_neg in n_negs])
+    # (with no kept row at all the loss is NaN and every gradient zero, docs/math.md
+    # §7.6, whatever the nominal count then is)
+    late = functools.reduce(jnp.logical_and, [n_neg > 0 for n_neg in n_negs]) | (
+        ctx.batch == 0)
   pos_logit = ctx.scale * head.pos
   terms = [head.reduction.term(lse, pos_logit, n_neg=n_neg, tau=tau, scale=ctx.scale,
                                bias=head.bias) for lse, n_neg in zip(head.lse_neg, n_negs)]

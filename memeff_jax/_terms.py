@@ -154,6 +154,10 @@ def softmax_terms(lse_neg, pos_logit, *, n_neg: int, tau, scale):
   if tau is None:
     ell = jax.nn.softplus(lse_neg - pos_logit)            # log(1 + sum_neg / pos)
   else:
+    if not isinstance(n_neg, int):
+      # A traced count below 1 debiases nothing: the loss is poisoned (B' = 1) or has
+      # no row (B' = 0), whose zero gradients must not meet a NaN log(N) as 0 * NaN.
+      n_neg = jnp.maximum(n_neg, 1)
     has_neg = lse_neg > -jnp.inf
     d = jnp.where(has_neg, lse_neg - pos_logit, 0.0)     # log(sum_neg / pos)
     # c = N * tau * pos / sum_neg; g <= 0 (so clamped) once c >= 1.

@@ -66,6 +66,8 @@ def _softmaxes(raw, nominal, keep, is_pos, scale, *, n_neg, tau, eps):
   else:
     if isinstance(n_neg, int):   # with ``where`` it is traced (none: NaN, in _finish)
       check_negatives(tau, n_neg, raw.shape[0])
+    else:   # (below 1: poisoned, or no kept row, whose gradients stay zero, not 0 * NaN)
+      n_neg = jnp.maximum(n_neg, 1)
     tau = in_dtype(tau, logits.dtype)
     # Debiased denominator, Chuang et al. 2020 (M = 1), in unshifted logits:
     # Den = pos + N * max((sum_neg / N - tau * pos) / (1 - tau), exp(-1/t)).
@@ -143,13 +145,14 @@ def _stat(lse, valid):
   return lse if valid is None else jnp.where(valid, lse, 0.0)
 
 
-def _debias_inputs(tau_plus, valid, n_neg):
+def _debias_inputs(tau_plus, valid, n_neg, b):
   """Per-row tau_plus of removed rows set to 0; with a traced n_neg, whether debiasing
-  has nothing to debias (poisons the loss)."""
+  has nothing to debias (poisons the loss): kept rows (b of them) but no negative
+  (with none kept, every gradient stays zero, docs/math.md §7.6)."""
   if valid is not None and jnp.ndim(tau_plus) == 1:
     tau_plus = jnp.where(valid, tau_plus, 0.0)
   tau = _tau(tau_plus)
-  none = None if (tau is None or isinstance(n_neg, int)) else n_neg == 0
+  none = None if (tau is None or isinstance(n_neg, int)) else (n_neg <= 0) & (b > 0)
   return tau_plus, tau, none
 
 
@@ -193,7 +196,7 @@ def _pair(x, y, shared, *, two_sided, temperature, normalized_inputs, stable, ta
   cols = True if valid is None else valid[None, :]   # the candidates that are there
   raw, cand, pos, m = _with_shared(s, cols, eye, x, shared)
   # (the columns' softmax has the fewer negatives: no negatives to debias there first)
-  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1 if two_sided else b - 1 + m)
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1 if two_sided else b - 1 + m, b)
   ells, lses = zip(_softmaxes(raw, cand, cand, pos, scale, n_neg=b - 1 + m, tau=tau,
                               eps=label_smoothing))
   acc = [_accuracy(raw, cand, pos, scale, valid)]
@@ -306,7 +309,7 @@ def _qwen3(q, d, h, shared, *, temperature, margin, use_qq, use_dd, use_dq, part
   if spread is not None:
     n_neg = n_neg + h.shape[1] * (b + int(use_dd) * (b - 1))
   per_dir = use_dq and not joint      # d_i's own softmax over the queries
-  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1 if per_dir else n_neg)
+  tau_plus, tau, none = _debias_inputs(tau_plus, valid, b - 1 if per_dir else n_neg, b)
   ell, lse = _softmaxes(raw, nominal, keep, is_pos, scale, n_neg=n_neg, tau=tau,
                         eps=label_smoothing)
   # (the positive's second copy is no rival of the in-batch accuracy)

@@ -164,12 +164,16 @@ def test_nothing_kept_or_nothing_to_debias_is_nan(backend):
   # Nothing kept: the mean of no terms is NaN, and every gradient, the temperature's
   # and SigLIP's bias's too, is zero (docs/math.md §7.6: no term depends on them), with
   # label smoothing and the z-loss too (each divides by B' or squares an empty lse).
+  # tau_plus too: with no row there is no softmax to debias (one hard negative leaves
+  # the nominal count 0 there, none -1).
   both = dict(label_smoothing=0.1, lse_square_scale=0.1)
   q, d, h = _arrays("qwen3", B)
   for fn, arrays, extra, opts in (
       (mj.clip_loss, (x, y), {}, {}), (mj.clip_loss, (x, y), {}, both),
+      (mj.clip_loss, (x, y), {}, dict(tau_plus=0.1)),
       (mj.siglip_loss, (x, y), dict(bias=jnp.float32(-2.0)), {}),
-      (mj.qwen3_loss, (q, d, h), {}, dict(both, matryoshka_dims=(8, 24)))):
+      (mj.qwen3_loss, (q, d, h), {}, dict(both, matryoshka_dims=(8, 24))),
+      (mj.qwen3_loss, (q, d, h[:, :1]), {}, dict(tau_plus=0.1))):
     names = ("temperature",) + tuple(extra)
     val, g = jax.value_and_grad(
         lambda a, hyper: fn(*a, where=none, backend=backend, **hyper, **opts), argnums=(0, 1))(
