@@ -111,6 +111,7 @@ def _module(spec: Spec) -> type:
   def __init__(self, **options):
     _LossModule.__init__(self, **options)
 
+  __init__.__qualname__ = f"{name}.__init__"   # (named so in a TypeError's message)
   # The constructor's signature, for help() and inspect: the table's (family's) defaults.
   P = inspect.Parameter
   options = defaults(("temperature",) + spec.module_options, spec.function)

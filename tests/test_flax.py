@@ -482,6 +482,9 @@ def test_bad_initial_temperature(framework):
   with pytest.raises(TypeError, match="temperature must be a Python float"):
     make(temperature=jnp.float32(0.07))
   make(temperature=1e-30, max_logit_scale=None)   # a normal float32 still starts
+  if framework == "nnx":   # keyword-only, and the error names the class
+    with pytest.raises(TypeError, match=r"CLIPLoss\.__init__\(\) takes 1 positional"):
+      cls(0.07)
 
 
 @pytest.mark.parametrize("framework", FRAMEWORKS)
