@@ -20,6 +20,7 @@ from memeff_jax._compat import varying_axes
 from memeff_jax.backends import registry
 from memeff_jax.backends.registry import BackendName
 from memeff_jax.config import KernelConfig
+from memeff_jax.config.kernel import is_int
 
 # Input dtypes every backend computes in (float64 needs jax_enable_x64 and the
 # blockwise or reference backend).
@@ -321,7 +322,7 @@ def check_dims(name: str, dims, d: int | None = None, *,
     dims = np.asarray(dims).tolist()
   if isinstance(dims, (str, bytes)) or not hasattr(dims, "__len__"):
     raise TypeError(f"{name} must be a sequence of ints, got {name}={dims!r}")
-  if not all(isinstance(m, numbers.Integral) and not isinstance(m, bool) for m in dims):
+  if not all(is_int(m) for m in dims):
     raise TypeError(f"{name} must hold ints, got {name}={tuple(dims)!r}")
   dims = tuple(int(m) for m in dims)
   if not dims:

@@ -18,7 +18,6 @@ and one backward. ``grad_cache`` is the functional form (params pytrees, Linen,
 
 from __future__ import annotations
 
-import numbers
 import operator
 from typing import Callable
 
@@ -29,6 +28,7 @@ from jax import lax
 from jax.extend import core as jex_core
 
 from memeff_jax._compat import vary_like, varying_axes
+from memeff_jax.config.kernel import is_int
 
 __all__ = ["grad_cache"]
 
@@ -141,7 +141,7 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
 
 def check_chunk_size(chunk_size) -> int:
   """A positive int (a NumPy integer too, as matryoshka_dims takes), as a Python int."""
-  if isinstance(chunk_size, bool) or not isinstance(chunk_size, numbers.Integral):
+  if not is_int(chunk_size):
     raise TypeError(f"chunk_size must be an int, got {type(chunk_size).__name__} "
                     f"chunk_size={chunk_size!r}")
   if chunk_size < 1:

@@ -3,12 +3,11 @@ with Triton 3.6 (docs/benchmarks.md, "Why the default tiles"; benchmarks/bench_c
 
 from __future__ import annotations
 
-import numbers
 
 import numpy as np
 
 from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig,
-                                      RoleTiles)
+                                      RoleTiles, is_int)
 from memeff_jax.config.smem import (TILED_FORWARD, check_arch, check_smem_kib, fit_smem,
                                     pow2)
 
@@ -62,7 +61,7 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   Triton kernel; 224 KiB of shared memory a block), and the 16-bit bounded forward at
   d_pad = 64 to 512 as ``stats_gluon``'s (``FwdTiles.gluon``; ``GLUON_FWD``).
   """
-  if not isinstance(d, numbers.Integral) or isinstance(d, bool):
+  if not is_int(d):
     raise TypeError(f"d must be an int (the feature size), got {d!r}")
   if d < 1:
     raise ValueError(f"d must be >= 1 (the feature size), got d={d}")

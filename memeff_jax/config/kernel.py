@@ -11,10 +11,18 @@ loss keyword now; the config's field is deprecated (``config.matryoshka.per_dim_
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import warnings
 from typing import Any, Literal
 
 Precision = Literal["tf32", "tf32x3", "ieee"]
+
+
+def is_int(value) -> bool:
+  """An int as the API's sizes and counts take one: a Python or NumPy integer, not a
+  bool (the argument checks of the fitting functions, ``default_config``'s d,
+  ``matryoshka_dims`` and ``grad_cache``'s chunk_size)."""
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
 class _Group:

@@ -3,9 +3,7 @@ memory than the H100/H200 the default table was measured on."""
 
 from __future__ import annotations
 
-import numbers
-
-from memeff_jax.config.kernel import ROLES, KernelConfig, RoleTiles
+from memeff_jax.config.kernel import ROLES, KernelConfig, RoleTiles, is_int
 
 
 def pow2(v: int) -> int:
@@ -30,17 +28,13 @@ PASSES = ((True, True), *ROLES)
 TILED_FORWARD = dict(fwd_tiled=True, fwd_col_pass=False)
 
 
-def _whole(value) -> bool:
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def check_arch(arch) -> None:
   """``arch`` as the fitting functions take it: None (sm_90) or a compute capability's
   major version (an int >= 1). A string or float would match no tuple of majors and
   fit silently as sm_90."""
   if arch is None:
     return
-  if not _whole(arch):
+  if not is_int(arch):
     raise TypeError(f"arch must be None or an int (a compute capability's major version, "
                     f"9 for an H100), got arch={arch!r}")
   if arch < 1:
@@ -53,7 +47,7 @@ def check_smem_kib(smem_kib) -> None:
   of shared memory one block may use, an int above the 8 KiB kept for Triton's scratch."""
   if smem_kib is None:
     return
-  if not _whole(smem_kib):
+  if not is_int(smem_kib):
     raise TypeError(f"smem_kib must be None or an int (KiB of shared memory a block, 227 "
                     f"for an H100), got smem_kib={smem_kib!r}")
   if smem_kib <= 8:
