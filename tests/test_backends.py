@@ -1,7 +1,7 @@
 """The backend seam: the Protocol every backend meets, the one registry of names, the
 first-order guard generated from the Protocol, the block plan resolved once, the
-deprecated flat KernelConfig spellings, and jax-triton launched with the warps a kernel
-was compiled for."""
+blockwise backend's temporaries linear in the batch, the deprecated flat KernelConfig
+spellings, and jax-triton launched with the warps a kernel was compiled for."""
 
 import dataclasses
 import hashlib
@@ -153,6 +153,38 @@ def test_symbolic_batch_exports_on_the_reference_alone(family):
   np.testing.assert_allclose(exported.call(x, y),
                              jax.jit(lambda x, y: fn(x, y, backend="blockwise"))(x, y),
                              rtol=1e-6)
+
+
+@pytest.mark.parametrize("case", ["clip", "lit", "qwen3", "lit_qwen3", "siglip", "clip_mrl"])
+def test_blockwise_temporaries_grow_linearly_in_the_batch(case):
+  # The B x B similarities are never held: the compiled training step's temporaries
+  # (value and every gradient, temperature included; where=; the four softmax families
+  # with their own options, tau_plus and the z-loss) grow like B, not B^2. 4x the rows at
+  # the default 512-column tile: about 4x the bytes (3.8-4.0x on the CPU); one B x B
+  # buffer anywhere in the shared glue makes it about 16x, as backend="reference" does
+  # (15.7-17.2x). Bound: 6x.
+  from tests.support.families import FAMILIES
+  d = 32
+  if case in FAMILIES:
+    fam = FAMILIES[case]
+    fn, n_arrays, opts = fam.loss, fam.n_arrays, dict(fam.options, tau_plus=0.05,
+                                                      lse_square_scale=1e-3)
+  else:
+    fn, n_arrays = (mj.siglip_loss, 2) if case == "siglip" else (mj.clip_loss, 2)
+    opts = {} if case == "siglip" else dict(matryoshka_dims=(8, 16, 32))
+
+  def temp_bytes(b):
+    shapes = [jax.ShapeDtypeStruct((b, d), jnp.float32)] * 2
+    if n_arrays == 3:
+      shapes.append(jax.ShapeDtypeStruct((b, 2, d), jnp.float32))
+    loss = lambda *a: fn(*a[:-1], temperature=a[-1], where=jnp.arange(b) % 5 != 0,
+                         backend="blockwise", **opts)
+    step = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(n_arrays + 1))))
+    compiled = step.lower(*shapes, jax.ShapeDtypeStruct((), jnp.float32)).compile()
+    return compiled.memory_analysis().temp_size_in_bytes
+
+  small, large = temp_bytes(1024), temp_bytes(4096)
+  assert large < 6 * small, (small, large)
 
 
 @pytest.mark.parametrize("two_sided", [False, True])
