@@ -134,7 +134,8 @@ def module_doc(spec: Spec, call: str, stats: str, first: str = "") -> str:
   keywords = f", *{keywords}" if keywords else ""   # keyword-only, as in __call__
   tau_plus = ("A per-call ``tau_plus`` (a float or a per-row ``[batch]`` array) overrides "
               "the module's; " if "tau_plus" in spec.call_keywords else "")
-  use = fill(f"{call}({first}{arrays}{keywords})``: the loss, a float32 scalar; {stats}: "
+  use = fill(f"{call}({first}{arrays}{keywords})``: the loss, a float32 scalar (float64 for "
+             f"float64 features); {stats}: "
              f"``(loss, stats)``. {tau_plus}``where`` (a bool ``[batch]`` mask) removes rows, "
              f"as for the functions.")
   return f"{head}{about}\n\n{use}\n"
@@ -196,7 +197,8 @@ def module_methods(spec: Spec, stats: Callable, owner: str) -> tuple[Callable, C
   """A Flax module's ``__call__`` (the loss) and ``with_stats`` (``(loss, stats)``), both
   ``call_method``s of ``stats(self, *arrays, stats: bool = True, ...)``."""
   call = call_method(spec, functools.partial(stats, stats=False), "__call__",
-                     f"The loss of {spec.what}: a float32 scalar.", owner)
+                     f"The loss of {spec.what}: a float32 scalar (float64 for float64 "
+                     "features).", owner)
   with_stats = call_method(spec, stats, "with_stats", f"``(loss, stats)`` as "
                            f":func:`memeff_jax.{spec.function}_with_stats` returns them.", owner)
   return call, with_stats
@@ -323,10 +325,11 @@ _clamp_above.defvjp(_clamp_above_fwd, _clamp_above_bwd)
 def temperature_from_log_scale(log_scale: ArrayLike, max_logit_scale: float | None) -> jax.Array:
   """``t = exp(-min(s, log max_logit_scale))`` from the stored log-scale ``s = log(1/t)``.
 
-  Value: the clamp of OpenCLIP's ``logit_scale.clamp_(0, log(100))``, applied in the
-  forward pass. Gradient: ``d t / d s = -t`` below the bound; above it only the part
-  that moves ``s`` back under the bound passes (a projected step, so the parameter
-  can leave the bound as soon as the loss asks for a smaller scale).
+  Value: the upper bound of OpenCLIP's ``logit_scale.clamp_(0, log(100))`` (no lower
+  one: ``t`` may pass 1), applied in the forward pass. Gradient: ``d t / d s = -t``
+  below the bound; above it only the part that moves ``s`` back under the bound passes
+  (a projected step, so the parameter can leave the bound as soon as the loss asks for
+  a smaller scale).
   """
   s = jnp.asarray(log_scale, jnp.float32)
   if max_logit_scale is not None:

@@ -129,7 +129,7 @@ class _DistributedOptions:
 
 def _call_doc(spec: Spec) -> str:
   arrays = "\n".join(f"  {a}: {doc}" for a, doc in spec.arrays.items())
-  return f"""The loss of {spec.what}: a float32 scalar.
+  return f"""The loss of {spec.what}: a float32 scalar (float64 for float64 features).
 
 Args:
 {arrays}
@@ -255,7 +255,8 @@ class MatryoshkaLoss:
     memeff_jax.matryoshka(self.base_loss, self.dims, weights=self.weights)
 
   def __call__(self, *arrays: ArrayLike, **kwargs) -> jax.Array:
-    """The weighted sum of ``base_loss`` over the prefixes: a float32 scalar."""
+    """The weighted sum of ``base_loss`` over the prefixes: a float32 scalar (float64
+    for float64 features)."""
     return memeff_jax.matryoshka(self.base_loss, self.dims, weights=self.weights)(
         *arrays, **kwargs)
 

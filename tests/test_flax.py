@@ -238,6 +238,39 @@ def test_linen_equals_function(family):
   _assert_tree_close(grads, want_grads, rtol=1e-5)
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_the_loss_has_the_features_dtype(framework):
+  # The modules' docstrings: a float32 scalar, float64 for float64 features (the
+  # parameters stay float32). Each against the dense reference at the module's
+  # temperature (and bias) in float64: 1e-12.
+  x, y = _data()[:2]
+  with jax.enable_x64(True):
+    for name in ("CLIPLoss", "SigLIPLoss"):
+      for dtype in (jnp.float32, jnp.float64):
+        a, b = (jnp.asarray(v, dtype) for v in (x, y))
+        if framework == "nnx":
+          module = getattr(mnnx, name)(backend="blockwise")
+          value, (value_s, _) = module(a, b), module.with_stats(a, b)
+          t = module.current_temperature()
+          params = {"bias": module.logit_bias[...]} if name == "SigLIPLoss" else {}
+        else:
+          module = getattr(mlinen, name)(backend="blockwise")
+          variables = module.init(jax.random.key(0), a, b)
+          value = module.apply(variables, a, b)
+          value_s, _ = module.apply(variables, a, b, method="with_stats")
+          t = module.apply(variables, method="current_temperature")
+          params = ({"bias": variables["params"]["logit_bias"]} if name == "SigLIPLoss"
+                    else {})
+        ref = mj.reference.siglip_loss if name == "SigLIPLoss" else mj.reference.clip_loss
+        want = ref(*(jnp.asarray(v, jnp.float64) for v in (a, b)),
+                   temperature=jnp.float64(t),
+                   **{k: jnp.float64(v) for k, v in params.items()})
+        for got in (value, value_s):
+          assert got.dtype == dtype, (name, dtype, got.dtype)
+          np.testing.assert_allclose(got, want, rtol=1e-12 if dtype == jnp.float64 else 1e-5,
+                                     err_msg=f"{name} {dtype}")
+
+
 def test_linen_fixed_temperature():
   x, y, _, _ = _data()
   loss_module = _linen_loss("clip", temperature=0.05, learnable=False)
