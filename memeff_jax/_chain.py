@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from memeff_jax import _checkify, _options, _terms, _validation
+from memeff_jax import _checkify, _compat, _options, _terms, _validation
 from memeff_jax._core import BlockSpec, block_lse
 from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, as_scale, global_sum, in_dtype,
@@ -147,6 +147,7 @@ class Family:
                                     # locked with the second array)
 
 
+@_compat.standard_numpy
 def run(family: Family, **kwargs) -> tuple[jax.Array, ContrastiveStats]:
   """The chain for one call of a public ``*_with_stats`` loss (its ``locals()``).
 

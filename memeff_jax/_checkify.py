@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 
 import jax.numpy as jnp
 from jax.experimental import checkify
@@ -25,7 +26,12 @@ def env_switch(value: str | None) -> bool:
   return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
-_CHECKIFY = [env_switch(os.environ.get("MEMEFF_JAX_CHECKIFY"))]
+_DEFAULT = env_switch(os.environ.get("MEMEFF_JAX_CHECKIFY"))
+_LOCAL = threading.local()   # .enabled: set by the calling thread's checkify_checks blocks
+
+
+def _enabled() -> bool:
+  return getattr(_LOCAL, "enabled", _DEFAULT)
 
 
 @contextlib.contextmanager
@@ -42,9 +48,10 @@ def checkify_checks(enabled: bool = True):
   host time per call of a loss step on an H200 machine (benchmarks/NOTES.md).
 
   The switch is read when a loss is traced: a function jitted (and traced) before
-  the block keeps its trace. ``MEMEFF_JAX_CHECKIFY=1`` in the environment turns
-  the checks on for the whole process (``0``, ``false``, ``no``, ``off`` or empty:
-  off).
+  the block keeps its trace. The block is the calling thread's, as jax.config's
+  context managers are: another thread tracing meanwhile is not affected.
+  ``MEMEFF_JAX_CHECKIFY=1`` in the environment turns the checks on for the whole
+  process, in every thread (``0``, ``false``, ``no``, ``off`` or empty: off).
 
   Example::
 
@@ -54,15 +61,15 @@ def checkify_checks(enabled: bool = True):
                   #  number of its dtype, got temperature=-0.1"
   """
   check_flag("enabled", enabled)
-  old, _CHECKIFY[0] = _CHECKIFY[0], enabled
+  old, _LOCAL.enabled = _enabled(), enabled
   try:
     yield
   finally:
-    _CHECKIFY[0] = old
+    _LOCAL.enabled = old
 
 
 def _debug_check(ok, msg, **kw):
-  if _CHECKIFY[0]:
+  if _enabled():
     checkify.debug_check(ok, msg, **kw)
 
 

@@ -1,7 +1,7 @@
-"""Version shims: JAX's varying-axis casts, jax-triton's import and triton_call, its TMA
-descriptors, its launch width for warp-specialized kernels, its compile of Gluon kernels,
-a cache of compiled kernels across processes, and a trace-time check of a kernel's
-shared memory against the GPU's."""
+"""Version shims: JAX's varying-axis casts and standard numpy promotion, jax-triton's
+import and triton_call, its TMA descriptors, its launch width for warp-specialized
+kernels, its compile of Gluon kernels, a cache of compiled kernels across processes, and
+a trace-time check of a kernel's shared memory against the GPU's."""
 
 from __future__ import annotations
 
@@ -48,6 +48,21 @@ def vary_like(v, *refs):
   for axis in sorted(axes, key=str):
     v = to_varying(v, axis)
   return v
+
+
+def standard_numpy(fn):
+  """``fn`` traced under JAX's standard dtype and rank promotion, whatever the caller's
+  ``jax_numpy_dtype_promotion`` ("strict") or ``jax_numpy_rank_promotion`` ("raise")
+  say: the library's arithmetic (16-bit features against fp32 statistics, per-row
+  values against [K, n] blocks) is written for them, and a user's setting is for the
+  user's code. Every entry point that traces it takes this: the public losses, the
+  dense reference, and the custom VJPs' backward rules (traced later, in the caller's
+  context)."""
+  @functools.wraps(fn)
+  def wrapped(*args, **kwargs):
+    with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):
+      return fn(*args, **kwargs)
+  return wrapped
 
 
 def varying_axes(v) -> frozenset:

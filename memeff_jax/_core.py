@@ -49,7 +49,7 @@ from jax import lax
 from jax.custom_derivatives import SymbolicZero
 
 from memeff_jax import ring
-from memeff_jax._compat import varying_axes
+from memeff_jax._compat import standard_numpy, varying_axes
 from memeff_jax._reduction import SOFTMAX, Reduction
 from memeff_jax.backends.base import Block, Side, unscale_rows
 from memeff_jax.config import KernelConfig
@@ -160,7 +160,7 @@ def _op(spec: BlockSpec):
     primals = (block.x, block.y, scale, None, block.x_tab, block.y_tab, None, None, block.bias)
     return tuple(map(_summed_like, out, primals))
 
-  op.defvjp(fwd, bwd, symbolic_zeros=True)
+  op.defvjp(standard_numpy(fwd), standard_numpy(bwd), symbolic_zeros=True)
   # Under jit, so that a user's eager shard_map can run it (JAX has no eager
   # symbolic-zeros custom_vjp inside shard_map).
   return jax.jit(op)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from memeff_jax._checkify import value_checks
+from memeff_jax._compat import standard_numpy
 from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, glue_dtype, in_dtype,
                                is_zero, normalize, poison, stable_scale, upcast)
 from memeff_jax._validation import (check_dims, check_negatives, check_partition,
@@ -214,6 +215,7 @@ def _pair(x, y, shared, *, two_sided, temperature, normalized_inputs, stable, ta
                                 accuracy_row=acc[0], accuracy_col=acc[1] if two_sided else None)
 
 
+@standard_numpy
 def clip_loss_with_stats(image_features, text_features, shared_negatives=None, *,
                          temperature=0.07, normalized_inputs=False, stable=True, tau_plus=0.0,
                          label_smoothing=0.0, lse_square_scale=0.0, where=None):
@@ -231,6 +233,7 @@ def clip_loss(image_features, text_features, shared_negatives=None, **kwargs):
   return clip_loss_with_stats(image_features, text_features, shared_negatives, **kwargs)[0]
 
 
+@standard_numpy
 def lit_loss_with_stats(text_features, image_features, shared_negatives=None, *,
                         temperature=0.07, normalized_inputs=False, stable=True, tau_plus=0.0,
                         label_smoothing=0.0, lse_square_scale=0.0, where=None):
@@ -330,6 +333,7 @@ def _qwen3(q, d, h, shared, *, temperature, margin, use_qq, use_dd, use_dq, part
                                 accuracy_row=acc[0], accuracy_col=acc[1] if per_dir else None)
 
 
+@standard_numpy
 def qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
                           shared_negatives=None, *, temperature=0.07, margin=0.1,
                           use_qq_negatives=False, use_dd_negatives=False,
@@ -353,6 +357,7 @@ def qwen3_loss(query_features, doc_features, hard_negatives=None, shared_negativ
                                **kwargs)[0]
 
 
+@standard_numpy
 def lit_qwen3_loss_with_stats(query_features, doc_features, hard_negatives=None,
                               shared_negatives=None, *, temperature=0.07, margin=0.1,
                               use_qq_negatives=False, use_dq_negatives=False,
@@ -378,6 +383,7 @@ def lit_qwen3_loss(query_features, doc_features, hard_negatives=None, shared_neg
                                    shared_negatives, **kwargs)[0]
 
 
+@standard_numpy
 def siglip_loss_with_stats(image_features, text_features, *, temperature=0.1, bias=-10.0,
                            normalized_inputs=False, stable=True, where=None):
   """Dense SigLIP (docs/math.md §13): ``z = S / t + b``, ``-(1 / B) sum_ij log sigmoid(
@@ -406,6 +412,7 @@ def siglip_loss(image_features, text_features, **kwargs):
   return siglip_loss_with_stats(image_features, text_features, **kwargs)[0]
 
 
+@standard_numpy
 def matryoshka_fused_with_stats(loss_fn: Callable, *features, dims: Sequence[int],
                                 weights=None, normalized_inputs=False, shared_negatives=None,
                                 **kwargs):

@@ -1,7 +1,9 @@
-"""Backend resolution and its errors."""
+"""Backend resolution and its errors; the losses under the caller's vmap and numpy
+promotion settings."""
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 import memeff_jax as mj
@@ -62,3 +64,57 @@ def test_grad_of_a_sum_over_vmap_wrt_an_unbatched_input(case):
   want = sum(jax.grad(f, argnums=1)("reference", x, m) for m in members)
   assert jnp.max(jnp.abs(got - want)) <= 2e-5 * jnp.max(jnp.abs(want)), (
       float(jnp.linalg.norm(got) / jnp.linalg.norm(want)))
+
+
+# (loss, backend, dtype): every family on blockwise (16-bit: the library's fp32
+# statistics against the features) and on the dense reference in float32 (its masks
+# against floats), the Triton glue under the interpreter, and float16.
+_B = 12
+_TAU = np.full((_B,), 0.05, np.float32)   # per-row: a [B] array against [K, B] blocks
+_WHERE = np.arange(_B) % 4 != 0
+_LOSSES = {
+    "clip": lambda x, y, h, be: mj.clip_loss(x, y, tau_plus=_TAU, where=_WHERE,
+                                             label_smoothing=0.1, lse_square_scale=1e-3,
+                                             backend=be),
+    "clip_mrl": lambda x, y, h, be: mj.clip_loss(x, y, tau_plus=_TAU,
+                                                 matryoshka_dims=(8, 16), backend=be),
+    "lit": lambda x, y, h, be: mj.lit_loss(x, y, tau_plus=_TAU, backend=be),
+    "qwen3": lambda x, y, h, be: mj.qwen3_loss(x, y, h, use_qq_negatives=True,
+                                               use_dd_negatives=True, tau_plus=_TAU,
+                                               where=_WHERE, backend=be),
+    "lit_qwen3": lambda x, y, h, be: mj.lit_qwen3_loss(x, y, h, use_qq_negatives=True,
+                                                       backend=be),
+    "siglip": lambda x, y, h, be: mj.siglip_loss(x, y, where=_WHERE, matryoshka_dims=(8, 16),
+                                                 backend=be),
+    "stats": lambda x, y, h, be: mj.clip_loss_with_stats(x, y, backend=be)[1].lse_row.sum(),
+    "eager_mrl": lambda x, y, h, be: mj.matryoshka(mj.qwen3_loss, (8, 16))(x, y, h,
+                                                                          backend=be),
+    "reference_module": lambda x, y, h, be: (
+        mj.reference.clip_loss(x, y, tau_plus=_TAU) + mj.reference.siglip_loss(x, y)
+        + mj.reference.qwen3_loss(x, y, h, use_qq_negatives=True)),
+}
+_PROMOTION_CASES = (
+    [(name, "blockwise", "bfloat16") for name in _LOSSES if name != "reference_module"]
+    + [(name, "reference", "float32") for name in _LOSSES if name != "reference_module"]
+    + [("clip", "interpret", "bfloat16"), ("qwen3", "interpret", "bfloat16"),
+       ("siglip", "interpret", "bfloat16"), ("clip", "blockwise", "float16"),
+       ("reference_module", "-", "bfloat16"), ("reference_module", "-", "float32")])
+
+
+@pytest.mark.parametrize("name,backend,dtype", _PROMOTION_CASES)
+def test_strict_promotion_and_rank_promotion_raise_are_the_callers(name, backend, dtype):
+  # jax_numpy_dtype_promotion="strict" and jax_numpy_rank_promotion="raise" set by the
+  # caller rule the caller's code, not the library's arithmetic: the value and every
+  # gradient (traced under the settings, backward rules included) equal, bit for bit,
+  # those of the same call under JAX's defaults (which the other tests compare with
+  # float64).
+  ks = jax.random.split(jax.random.key(0), 3)
+  x, y = (jax.random.normal(k, (_B, 16)).astype(dtype) for k in ks[:2])
+  h = jax.random.normal(ks[2], (_B, 2, 16)).astype(dtype)
+  step = lambda: jax.jit(jax.value_and_grad(
+      lambda *a: _LOSSES[name](*a, backend).astype(jnp.float32), argnums=(0, 1, 2)))(x, y, h)
+  want = step()
+  with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
+    got = step()
+  for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+    np.testing.assert_array_equal(g, w)

@@ -298,7 +298,46 @@ def test_checkify_environment_switch():
   assert [_checkify.env_switch(v) for v in off + on] == [False] * len(off) + [True] * len(on)
   env = {k: v for k, v in os.environ.items() if k != "MEMEFF_JAX_CHECKIFY"}
   got = [subprocess.run([sys.executable, "-c", "from memeff_jax import _checkify; "
-                         "print(_checkify._CHECKIFY[0])"], env=dict(env, MEMEFF_JAX_CHECKIFY=v),
+                         "print(_checkify._enabled())"], env=dict(env, MEMEFF_JAX_CHECKIFY=v),
                         capture_output=True, text=True, check=True).stdout.strip()
          for v in ("false", "1")]
   assert got == ["False", "True"], got
+
+
+def test_checkify_checks_is_per_thread():
+  # An evaluation thread's block and a training thread's overlap (A enters, B enters,
+  # A exits, B traces): B's trace still names the bad temperature, and once both have
+  # left, a loss traced anywhere carries no check (as jax.config's context managers).
+  import threading  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jax.experimental import checkify  # pylint: disable=g-import-not-at-top
+  x = jnp.ones((4, 8))
+  checked = lambda: checkify.checkify(jax.jit(lambda t: mj.clip_loss(
+      x, x, temperature=t, backend="blockwise")))(jnp.float32(-0.1))
+  b_in, a_out, got = threading.Event(), threading.Event(), {}
+
+  def a():
+    with mj.checkify_checks():
+      b_in.wait(60)
+    a_out.set()
+
+  def b():
+    with mj.checkify_checks():
+      b_in.set()
+      a_out.wait(60)
+      got["b"] = checked()[0].get()
+
+  threads = [threading.Thread(target=a), threading.Thread(target=b)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join(120)
+  assert got["b"] is not None and "temperature must be" in got["b"], got
+  err, loss = checked()
+  assert err.get() is None and jnp.isnan(loss)
+  outside = {}
+  worker = threading.Thread(target=lambda: outside.update(err=checked()[0].get()))
+  worker.start()
+  worker.join(120)
+  assert outside == {"err": None}, outside
