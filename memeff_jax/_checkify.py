@@ -16,14 +16,9 @@ import threading
 import jax.numpy as jnp
 from jax.experimental import checkify
 
+from memeff_jax._compat import env_switch
 from memeff_jax._options import OPTIONS
 from memeff_jax._validation import _is_python_number, check_flag
-
-
-def env_switch(value: str | None) -> bool:
-  """An environment switch: off when unset, empty, "0", "false", "no" or "off" (any
-  case), else on."""
-  return (value or "").strip().lower() not in ("", "0", "false", "no", "off")
 
 
 _DEFAULT = env_switch(os.environ.get("MEMEFF_JAX_CHECKIFY"))

@@ -262,17 +262,28 @@ KERNEL_CACHE_MAX_MB = 1024
 _KERNEL_FILE = "memeff_jax_kernel.json.z"
 
 
+_OFF, _ON = ("0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
+def env_switch(value: str | None) -> bool:
+  """An environment switch: off when unset, empty, "0", "false", "no" or "off" (any
+  case, spaces around ignored), else on."""
+  return (value or "").strip().lower() not in ("",) + _OFF
+
+
 def kernel_cache_dir() -> pathlib.Path | None:
   """The kernel cache's folder, or None: MEMEFF_JAX_KERNEL_CACHE=0 (or false, off, no),
   TRITON_ALWAYS_COMPILE=1 (Triton's own cache skipped), or JAX_TRITON_DUMP_DIR set
-  (jax-triton dumping what it compiles)."""
+  (jax-triton dumping what it compiles). Unset, empty, 1 (true, yes, on): the default
+  folder; anything else names the folder (``~`` expanded). Switches read as
+  ``env_switch`` reads them."""
   env = os.environ
-  where = env.get(KERNEL_CACHE_ENV, "")
-  off = where.lower() in ("0", "false", "off", "no")
+  where = env.get(KERNEL_CACHE_ENV, "").strip()
+  off = where.lower() in _OFF
   if off or env.get("TRITON_ALWAYS_COMPILE") == "1" or env.get("JAX_TRITON_DUMP_DIR"):
     return None
-  if where not in ("", "1"):
-    return pathlib.Path(where)
+  if where.lower() not in ("",) + _ON:
+    return pathlib.Path(os.path.expanduser(where))
   home = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
   return pathlib.Path(home, "memeff_jax", "kernels")
 

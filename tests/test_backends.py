@@ -451,12 +451,17 @@ _ON = {"MEMEFF_JAX_KERNEL_CACHE": "1"}
     (_ON, "HOME/.cache/memeff_jax/kernels"),
     (dict(_ON, XDG_CACHE_HOME="XDG"), "XDG/memeff_jax/kernels"),
     ({"MEMEFF_JAX_KERNEL_CACHE": "/kept"}, "/kept"),
+    ({"MEMEFF_JAX_KERNEL_CACHE": "True"}, "HOME/.cache/memeff_jax/kernels"),
+    ({"MEMEFF_JAX_KERNEL_CACHE": " yes "}, "HOME/.cache/memeff_jax/kernels"),
+    ({"MEMEFF_JAX_KERNEL_CACHE": " 0 "}, None),
+    ({"MEMEFF_JAX_KERNEL_CACHE": "~/kept"}, "HOME/kept"),
     (dict(_ON, TRITON_ALWAYS_COMPILE="1"), None),
     (dict(_ON, JAX_TRITON_DUMP_DIR="/dump"), None)])
 def test_kernel_cache_folder(monkeypatch, env, want):
   # Where compiled kernels are kept (by default): a folder of memeff_jax's own, not
   # Triton's; none where turned off, nor where Triton is told to compile always or
-  # jax-triton dumps its compiles.
+  # jax-triton dumps its compiles. The switch's spellings are MEMEFF_JAX_CHECKIFY's
+  # ("true" named a folder "true"); a named folder's ~ is the home.
   for name in ("MEMEFF_JAX_KERNEL_CACHE", "XDG_CACHE_HOME", "TRITON_ALWAYS_COMPILE",
                "JAX_TRITON_DUMP_DIR"):
     monkeypatch.delenv(name, raising=False)
