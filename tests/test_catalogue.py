@@ -135,6 +135,18 @@ def test_nan_under_jit():
     assert np.isnan(loss) and all(np.all(np.isnan(g)) for g in grads), backend
 
 
+def test_concrete_jax_arrays_are_run_time_values():
+  # The README ("Use"): bad values in Python numbers and NumPy arrays raise, naming the
+  # argument; in JAX arrays, even concrete ones passed eagerly, they are run-time
+  # values (no host sync to read them): a NaN loss.
+  x, y = _data()[:2]
+  for name, bad in [("temperature", -0.1), ("temperature", np.float32(-0.1)),
+                    ("tau_plus", np.full(B, 1.5, np.float32))]:
+    with pytest.raises(ValueError, match=name):
+      mj.clip_loss(x, y, backend="blockwise", **{name: bad})
+    assert np.isnan(mj.clip_loss(x, y, backend="blockwise", **{name: jnp.asarray(bad)}))
+
+
 def test_nan_through_the_ring():
   # A bad value on one device poisons every device's loss and every gradient shard.
   x, y, h = _data(1)
