@@ -349,7 +349,6 @@ def test_sharded_uneven_batch_needs_where():
     mj.sharded(loss, mesh, "batch")(x, y)
 
 
-
 def test_sharded_shared_negatives_must_split_evenly():
   # The README: sharded pads an uneven batch, not the shared negative columns.
   x, y = data.features(0, [(9, 24), (9, 24)], jnp.float32)
@@ -357,6 +356,7 @@ def test_sharded_shared_negatives_must_split_evenly():
   with pytest.raises(ValueError, match=r"shared_negatives with shape \(3, 24\) does not "
                      r"split into 2 equal shards"):
     mj.sharded(mj.clip_loss, mesh, "batch")(x, y, x[:3], backend="blockwise")
+
 
 # --- Matryoshka: the fused options, the eager wrapper, the reference ----------------
 
