@@ -55,9 +55,10 @@ def standard_numpy(fn):
   ``jax_numpy_dtype_promotion`` ("strict") or ``jax_numpy_rank_promotion`` ("raise")
   say: the library's arithmetic (16-bit features against fp32 statistics, per-row
   values against [K, n] blocks) is written for them, and a user's setting is for the
-  user's code. Every entry point that traces it takes this: the public losses, the
-  dense reference, and the custom VJPs' backward rules (traced later, in the caller's
-  context)."""
+  user's code. The entry points that trace it take this: the public losses
+  (``_chain.run``), the dense reference's, and ``_core``'s custom VJP rules (its
+  backward is traced later, in the caller's context). The small custom VJPs of
+  ``_terms`` and ``_wrappers`` promote nothing and go without."""
   @functools.wraps(fn)
   def wrapped(*args, **kwargs):
     with jax.numpy_dtype_promotion("standard"), jax.numpy_rank_promotion("allow"):

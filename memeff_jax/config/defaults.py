@@ -3,7 +3,6 @@ with Triton 3.6 (docs/benchmarks.md, "Why the default tiles"; benchmarks/bench_c
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from memeff_jax.config.kernel import (Algorithm, Budgets, BwdTiles, FwdTiles, KernelConfig,
