@@ -259,6 +259,24 @@ def test_evolve_and_errors_name_both_spellings():
       cfg.evolve(**bad)
 
 
+def test_numpy_integers_are_ints():
+  # A tile read from a NumPy sweep (np.int64) is the Python int it equals, in every
+  # spelling, so configs compare, hash and reach the kernels alike (was a TypeError:
+  # "must be an int"); NumPy floats and bools stay refused.
+  want = KernelConfig(fwd=FwdTiles(block_m=64, num_warps=4), budgets=Budgets(pair_block_cols=0))
+  got = KernelConfig(fwd=FwdTiles(block_m=np.int64(64), num_warps=np.int32(4)),
+                     budgets=Budgets(pair_block_cols=np.uint8(0)))
+  evolved = KernelConfig().evolve(fwd=dict(block_m=np.int16(64), num_warps=np.int64(4)),
+                                  budgets=dict(pair_block_cols=np.int64(0)))
+  for cfg in (got, evolved):
+    assert cfg == want and hash(cfg) == hash(want)
+    assert type(cfg.fwd.block_m) is int and type(cfg.budgets.pair_block_cols) is int
+  for bad, error in [(np.float32(64), TypeError), (np.bool_(True), TypeError),
+                     (np.int64(48), ValueError), (np.int64(0), ValueError)]:
+    with pytest.raises(error, match=r"FwdTiles.block_m"):
+      FwdTiles(block_m=bad)
+
+
 @pytest.mark.parametrize("dims", [None, (8, 24)])
 def test_plan_resolved_once_per_block(dims):
   # The five per-block methods (fwd_floor, fwd_stats, pairs, bwd / bwd_pair) share one

@@ -21,7 +21,7 @@ Precision = Literal["tf32", "tf32x3", "ieee"]
 def is_int(value) -> bool:
   """An int as the API's sizes and counts take one: a Python or NumPy integer, not a
   bool (the argument checks of the fitting functions, ``default_config``'s d,
-  ``matryoshka_dims`` and ``grad_cache``'s chunk_size)."""
+  ``matryoshka_dims``, ``grad_cache``'s chunk_size and the config groups' fields)."""
   return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
@@ -50,13 +50,14 @@ class _Group:
       elif f.name in self._BOOLS:
         if not isinstance(v, bool):
           raise TypeError(f"{name} must be a bool, got {v!r}")
-      elif not isinstance(v, int) or isinstance(v, bool):
+      elif not is_int(v):
         raise TypeError(f"{name} must be an int, got {v!r}")
-      elif f.name in self._ZERO_OK:
-        if v < 0:
+      else:
+        object.__setattr__(self, f.name, v := int(v))   # a NumPy integer as a Python int
+        if v < 0 and f.name in self._ZERO_OK:
           raise ValueError(f"{name} must be an int >= 0, got {v!r}")
-      elif v < 1:
-        raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if v < 1 and f.name not in self._ZERO_OK:
+          raise ValueError(f"{name} must be a positive int, got {v!r}")
     for field in self._POW2:
       v = getattr(self, field)
       if v is not None and (v < 16 or v & (v - 1)):
