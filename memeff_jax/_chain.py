@@ -175,6 +175,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
                     f"{sorted(family.shared + family.options)}")
   o.update(_options.defaults([k for k in SHARED if k not in family.shared]))
   n, d = _validation.check_towers(family.arrays[:2], *arrays[:2])
+  _validation.check_devices(list(zip(family.arrays, arrays)) + [("shared_negatives", shared)]
+                            + list(o.items()))
   if len(arrays) > 2 and arrays[2] is not None:
     _validation.check_hard_negatives(arrays[2], n, d, arrays[0].dtype)
   if shared is not None:

@@ -68,6 +68,26 @@ def check_towers(names: tuple[str, str], x, y) -> tuple[int, int]:
   return x.shape[0], x.shape[1]
 
 
+def check_devices(named) -> None:
+  """The concrete arrays among ``named`` ((name, value) pairs) that are committed to
+  devices (``jax.device_put`` with a device or sharding) share one device set: as a
+  jitted call needs, but naming the arguments (JAX's error names the library's
+  internals). Tracers and uncommitted arrays follow the others."""
+  first = None
+  for name, v in named:
+    if (not isinstance(v, jax.Array) or isinstance(v, jax.core.Tracer)
+        or not getattr(v, "committed", False)):
+      continue
+    devices = v.sharding.device_set
+    if first is None:
+      first = name, devices
+    elif devices != first[1]:
+      ids = lambda ds: sorted(d.id for d in ds)
+      raise ValueError(f"{first[0]} and {name} are on different devices ({first[0]} on "
+                       f"device ids {ids(first[1])}, {name} on {ids(devices)}); put them "
+                       f"on the same device(s) (jax.device_put) or the same mesh")
+
+
 def check_hard_negatives(h, n: int, d: int, dtype) -> None:
   if not hasattr(h, "shape") or not hasattr(h, "dtype"):
     raise TypeError(f"hard_negatives must be an array, got {type(h).__name__}")

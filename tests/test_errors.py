@@ -358,6 +358,31 @@ def test_sharded_shared_negatives_must_split_evenly():
     mj.sharded(mj.clip_loss, mesh, "batch")(x, y, x[:3], backend="blockwise")
 
 
+@pytest.mark.parametrize("fn,extra", [
+    (mj.clip_loss, "temperature"), (mj.siglip_loss, "bias"),
+    (mj.qwen3_loss, "hard_negatives"), (mj.lit_qwen3_loss, "shared_negatives"),
+    (mj.lit_loss, "where")])
+def test_arrays_on_different_devices_are_named(fn, extra):
+  # Committed to different devices, the arrays raise naming them (JAX's error named
+  # the library's internal "stack"); an uncommitted array follows the others.
+  d0, d1 = jax.devices()[:2]
+  q, k = data.features(0, [(6, 8), (6, 8)], jnp.float32)
+  values = dict(temperature=jnp.float32(0.1), bias=jnp.float32(-1.0),
+                hard_negatives=jnp.ones((6, 2, 8)), shared_negatives=jnp.ones((3, 8)),
+                where=jnp.arange(6) < 5)
+  call = lambda a, b, v: fn(a, b, **{extra: v})
+  on = lambda a, dev: jax.device_put(a, dev)
+  with pytest.raises(ValueError, match=r"\w+_features and \w+_features are on different "
+                                       r"devices .*device ids \[0\].*\[1\]"):
+    call(on(q, d0), on(k, d1), values[extra])
+  with pytest.raises(ValueError, match=rf"_features and {extra} are on different devices"):
+    call(on(q, d1), on(k, d1), on(values[extra], d0))
+  want = call(q, k, values[extra])
+  got = call(on(q, d1), k, values[extra])   # k, the extra: uncommitted
+  assert got.devices() == {d1}
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
 # --- Matryoshka: the fused options, the eager wrapper, the reference ----------------
 
 @pytest.mark.parametrize("fn", [mj.clip_loss, mj.lit_qwen3_loss])
