@@ -155,6 +155,9 @@ def module_init_doc(spec: Spec, section: str, learnable: str) -> str:
   params = module_params(spec)
   lines.append(learnable.format(names=" and ".join(f"``{n}``" for n in params),
                                 them="them" if len(params) > 1 else "it"))
+  lines.append(f"param_dtype: the dtype of {' and '.join(f'``{n}``' for n in params)} and "
+               f"of the temperature the loss gets (float32 by default; jnp.float64 with x64 "
+               f"for float64 training). Any float dtype.")
   body = "\n".join(textwrap.fill(" ".join(line.split()), 88, initial_indent="    ",
                                  subsequent_indent="      ") for line in lines)
   return f"\n  {section}:\n{body}\n"
@@ -166,15 +169,29 @@ def module_params(spec: Spec) -> tuple[str, ...]:
 
 
 def initial_params(spec: Spec, values: dict[str, Any], max_logit_scale: float | None,
-                   stacklevel: int | None) -> dict[str, float]:
+                   stacklevel: int | None, dtype=jnp.float32) -> dict[str, float]:
   """A Flax module's parameters, name -> initial Python float, checked here, from the
   initial ``values`` by option name (the temperature and the spec's params) and the
-  module's checked ``max_logit_scale``. ``stacklevel``: the user's frame, seen from
-  here, for the warnings (None: none, the values were checked before)."""
+  module's checked ``max_logit_scale`` and ``param_dtype`` (``dtype``). ``stacklevel``:
+  the user's frame, seen from here, for the warnings (None: none, the values were
+  checked before)."""
   inits = [initial_log_scale(values["temperature"], max_logit_scale,
                              None if stacklevel is None else stacklevel + 1)]
-  inits += [initial_value(p, values[p]) for p in spec.params]
+  inits += [initial_value(p, values[p], dtype) for p in spec.params]
   return dict(zip(module_params(spec), inits))
+
+
+def check_param_dtype(dtype) -> jnp.dtype:
+  """A Flax module's ``param_dtype``: a float dtype (float64 needs x64 enabled, as for
+  any Flax parameter; without it JAX stores float32)."""
+  try:
+    out = None if dtype is None or isinstance(dtype, bool) else jnp.dtype(dtype)
+  except TypeError:
+    out = None
+  if out is None or not jnp.issubdtype(out, jnp.floating):
+    raise TypeError(f"param_dtype must be a float dtype (jnp.float32, jnp.float64, ...), "
+                    f"got param_dtype={dtype!r}")
+  return out
 
 
 def module_options_doc(spec: Spec) -> str:
@@ -272,12 +289,12 @@ def initial_log_scale(temperature: float, max_logit_scale: float | None,
   return math.log(1.0 / t)
 
 
-def initial_value(name: str, value: float) -> float:
-  """A learned option's initial Python value (SigLIP's bias), checked: finite, in float32
-  too (the parameter's dtype), as the losses check theirs."""
+def initial_value(name: str, value: float, dtype=jnp.float32) -> float:
+  """A learned option's initial Python value (SigLIP's bias), checked: finite, in the
+  parameter's ``dtype`` too, as the losses check theirs."""
   if isinstance(value, bool) or not isinstance(value, (int, float)):
     raise TypeError(f"{name} must be a Python float (the initial value), got {value!r}")
-  return float(check_finite(name, value, jnp.float32))
+  return float(check_finite(name, value, dtype))
 
 
 def matryoshka_options(dims, weights, names=("matryoshka_dims", "matryoshka_weights"),
@@ -329,9 +346,11 @@ def temperature_from_log_scale(log_scale: ArrayLike, max_logit_scale: float | No
   one: ``t`` may pass 1), applied in the forward pass. Gradient: ``d t / d s = -t``
   below the bound; above it only the part that moves ``s`` back under the bound passes
   (a projected step, so the parameter can leave the bound as soon as the loss asks for
-  a smaller scale).
+  a smaller scale). ``t`` has the log-scale's float dtype (the module's ``param_dtype``).
   """
-  s = jnp.asarray(log_scale, jnp.float32)
+  s = jnp.asarray(log_scale)
+  if not jnp.issubdtype(s.dtype, jnp.floating):
+    s = s.astype(jnp.float32)
   if max_logit_scale is not None:
     s = _clamp_above(s, math.log(max_logit_scale))
   return jnp.exp(-s)

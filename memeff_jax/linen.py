@@ -73,7 +73,7 @@ import jax.numpy as jnp
 from memeff_jax._options import OPTIONS, defaults
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, SPECS, Spec, call_loss, check_max_logit_scale,
-                                  initial_params, matryoshka_options, module_doc,
+                                  check_param_dtype, initial_params, matryoshka_options, module_doc,
                                   module_init_doc, module_methods, module_options_doc,
                                   temperature_from_log_scale)
 from memeff_jax.grad_caching import grad_cache
@@ -97,6 +97,7 @@ class _Temperature(nn.Module):
   temperature: float = OPTIONS["temperature"].default
   learnable: bool = True
   max_logit_scale: float | None = MAX_LOGIT_SCALE
+  param_dtype: Any = jnp.float32
 
 
 class _LossModule(_Temperature):
@@ -122,18 +123,21 @@ class _LossModule(_Temperature):
   def _initial_params(self, stacklevel: int | None = None) -> dict[str, float]:
     names = ("temperature",) + self._spec.params
     return initial_params(self._spec, {n: getattr(self, n) for n in names},
-                          self.max_logit_scale, None if stacklevel is None else stacklevel + 1)
+                          self.max_logit_scale, None if stacklevel is None else stacklevel + 1,
+                          check_param_dtype(self.param_dtype))
 
   def setup(self):
+    dtype = check_param_dtype(self.param_dtype)
     for name, init in self._initial_params().items():
       if self.learnable:
-        value = self.param(name, nn.initializers.constant(init), (), jnp.float32)
+        value = self.param(name, nn.initializers.constant(init), (), dtype)
       else:
-        value = jnp.asarray(init, jnp.float32)
+        value = jnp.asarray(init, dtype)
       setattr(self, name, value)
 
   def current_temperature(self) -> jax.Array:
-    """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
+    """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, 0-d in
+    ``param_dtype``."""
     return temperature_from_log_scale(self.logit_scale, self.max_logit_scale)
 
   def _stats(self, *arrays, tau_plus=None, where=None, stats=True) -> Any:
@@ -149,7 +153,7 @@ class _LossModule(_Temperature):
 
 def _module(spec: Spec) -> type:
   """The Linen module of one family: ``apply(variables, arrays)`` and
-  ``method="with_stats"``; its loss options are the fields after ``max_logit_scale``
+  ``method="with_stats"``; its loss options are the fields after ``param_dtype``
   (the family's own last), its ``temperature`` field takes the family's default."""
   doc = (module_doc(spec, "``apply", '``method="with_stats"``', "variables, ") +
          module_init_doc(spec, "Attributes", _LEARNABLE_DOC) + module_options_doc(spec))

@@ -44,7 +44,7 @@ from flax import nnx
 from memeff_jax._options import defaults
 from memeff_jax._validation import check_flag
 from memeff_jax._wrappers import (MAX_LOGIT_SCALE, SPECS, Spec, call_loss, check_max_logit_scale,
-                                  initial_params, matryoshka_options, module_doc,
+                                  check_param_dtype, initial_params, matryoshka_options, module_doc,
                                   module_init_doc, module_methods, module_options_doc,
                                   temperature_from_log_scale)
 from memeff_jax.grad_caching import cached_value_and_grad, check_chunk_size
@@ -63,7 +63,8 @@ class _LossModule(nnx.Module):
   _spec: Spec
 
   def __init__(self, *, learnable: bool = True,
-               max_logit_scale: float | None = MAX_LOGIT_SCALE, **options):
+               max_logit_scale: float | None = MAX_LOGIT_SCALE, param_dtype=jnp.float32,
+               **options):
     spec = self._spec
     # The loss options: the table's defaults, and only the family's (as a signature would).
     names = ("temperature",) + spec.module_options
@@ -74,10 +75,11 @@ class _LossModule(nnx.Module):
     options = defaults(names, spec.function) | options
     check_flag("learnable", learnable)
     self.max_logit_scale = check_max_logit_scale(max_logit_scale)
+    dtype = check_param_dtype(param_dtype)
     variable = nnx.Param if learnable else nnx.Variable
     # (the user's frame: here <- the family's __init__ <- nnx's object construction (3))
-    for name, init in initial_params(spec, options, self.max_logit_scale, 6).items():
-      setattr(self, name, variable(jnp.asarray(init, jnp.float32)))
+    for name, init in initial_params(spec, options, self.max_logit_scale, 6, dtype).items():
+      setattr(self, name, variable(jnp.asarray(init, dtype)))
     self.learnable = bool(learnable)
     options = {name: options[name] for name in spec.forwarded}
     options["matryoshka_dims"], options["matryoshka_weights"] = matryoshka_options(
@@ -87,7 +89,8 @@ class _LossModule(nnx.Module):
       setattr(self, name, value)
 
   def current_temperature(self) -> jax.Array:
-    """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, f32 0-d."""
+    """The temperature the loss uses now: ``exp(-min(logit_scale, log max))``, 0-d in
+    ``param_dtype``."""
     return temperature_from_log_scale(self.logit_scale[...], self.max_logit_scale)
 
   def _stats(self, *arrays, tau_plus=None, where=None, stats=True) -> Any:
@@ -119,7 +122,8 @@ def _module(spec: Spec) -> type:
       [P("self", P.POSITIONAL_OR_KEYWORD),
        P("temperature", P.KEYWORD_ONLY, default=options.pop("temperature")),
        P("learnable", P.KEYWORD_ONLY, default=True),
-       P("max_logit_scale", P.KEYWORD_ONLY, default=MAX_LOGIT_SCALE)] +
+       P("max_logit_scale", P.KEYWORD_ONLY, default=MAX_LOGIT_SCALE),
+       P("param_dtype", P.KEYWORD_ONLY, default=jnp.float32)] +
       [P(n, P.KEYWORD_ONLY, default=d) for n, d in options.items()])
   # The metaclass of nnx.Module builds the class (a plain type() would skip its __init__).
   return type(_LossModule)(name, (_LossModule,), dict(

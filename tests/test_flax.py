@@ -271,6 +271,45 @@ def test_the_loss_has_the_features_dtype(framework):
                                      err_msg=f"{name} {dtype}")
 
 
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+def test_param_dtype(framework):
+  # param_dtype=float64 (x64): the parameters, the temperature and their gradients are
+  # float64, and the gradients equal those of the dense float64 reference at the same
+  # parameters (1e-12), where float32 parameters round the log-scale (the default stays
+  # float32). A dtype that is no float raises at construction, naming it.
+  x, y = _data()[:2]
+  with jax.enable_x64(True):
+    a, b = (jnp.asarray(v, jnp.float64) for v in (x, y))
+    for name, ref in (("CLIPLoss", mj.reference.clip_loss),
+                      ("SigLIPLoss", mj.reference.siglip_loss)):
+      for dtype in (jnp.float64, jnp.float32):
+        kw = dict(backend="blockwise", temperature=0.07, **({} if dtype == jnp.float32 else
+                                                             dict(param_dtype=dtype)))
+        if framework == "nnx":
+          module = getattr(mnnx, name)(**kw)
+          params = {k: v[...] for k, v in nnx.state(module, nnx.Param).items()}
+          grads = nnx.grad(lambda m: m(a, b))(module)
+          grads = {k: v[...] for k, v in grads.items()}
+        else:
+          module = getattr(mlinen, name)(**kw)
+          params = module.init(jax.random.key(0), a, b)["params"]
+          grads = jax.grad(lambda p: module.apply({"params": p}, a, b))(params)
+
+        def want(p):
+          extra = {"bias": p["logit_bias"]} if name == "SigLIPLoss" else {}
+          return ref(a, b, temperature=jnp.exp(-p["logit_scale"]), **extra)
+        want_grads = jax.grad(want)({k: jnp.float64(v) for k, v in params.items()})
+        for k in params:
+          assert params[k].dtype == grads[k].dtype == dtype, (name, k, dtype)
+          np.testing.assert_allclose(grads[k], want_grads[k],
+                                     rtol=1e-12 if dtype == jnp.float64 else 1e-5,
+                                     err_msg=f"{name} {k} {dtype}")
+  make = (mnnx if framework == "nnx" else mlinen).CLIPLoss
+  for bad in (jnp.int32, None, True, "int8"):
+    with pytest.raises(TypeError, match="param_dtype must be a float dtype"):
+      make(param_dtype=bad)
+
+
 def test_linen_fixed_temperature():
   x, y, _, _ = _data()
   loss_module = _linen_loss("clip", temperature=0.05, learnable=False)

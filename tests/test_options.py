@@ -108,8 +108,8 @@ def test_class_constructor_parameters():
 
 # The Flax modules: their loss options are the table's rows, with its defaults (the
 # family's: SigLIP's temperature is 0.1); SigLIP has no softmax options.
-_MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
-                  "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
+_MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "param_dtype",
+                  "normalized_inputs", "stable", "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
                   "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
                   "deterministic", "config"]
 _SOFTMAX_ONLY = ["tau_plus", "label_smoothing", "lse_square_scale"]
@@ -134,8 +134,8 @@ def _default(name, field):
 def test_siglip_module_fields():
   # Written out once, so that _module_fields' rule is checked too.
   assert _module_fields("SigLIPLoss") == [
-      "temperature", "learnable", "max_logit_scale", "normalized_inputs", "stable",
-      "matryoshka_dims", "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
+      "temperature", "learnable", "max_logit_scale", "param_dtype", "normalized_inputs",
+      "stable", "matryoshka_dims", "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
       "deterministic", "config", "bias"]
   assert _default("SigLIPLoss", "temperature") == 0.1
   assert _default("SigLIPLoss", "bias") == -10.0
@@ -170,7 +170,7 @@ def test_nnx_constructor_and_defaults(name):
   module = cls()
   # The attributes: the options as given; the initial values live in the parameters.
   learned = cls._spec.params
-  for field in _module_fields(name)[3:]:
+  for field in _module_fields(name)[4:]:
     if field not in learned:
       assert getattr(module, field) == _default(name, field), field
   for field in learned:
