@@ -117,7 +117,11 @@ def knn_accuracy(train, test):
 
 
 model = Encoder(rngs=nnx.Rngs(0))
-optimizer = nnx.Optimizer(model, optax.adamw(2e-3, weight_decay=1e-4), wrt=nnx.Param)
+# Weight decay on the matrices only: not on logit_scale (it would pull t towards 1) or
+# the biases, as OpenCLIP.
+decay_matrices = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+optimizer = nnx.Optimizer(model, optax.adamw(2e-3, weight_decay=1e-4, mask=decay_matrices),
+                          wrt=nnx.Param)
 
 
 @nnx.jit

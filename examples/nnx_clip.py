@@ -69,7 +69,11 @@ class DualEncoder(nnx.Module):
 
 
 model = DualEncoder(rngs=nnx.Rngs(0))
-optimizer = nnx.Optimizer(model, optax.adamw(3e-3, weight_decay=1e-4), wrt=nnx.Param)
+# Weight decay on the matrices only (OpenCLIP's rule): decaying the log-temperature
+# would pull the temperature towards 1, and biases are not decayed either.
+decay_matrices = lambda params: jax.tree.map(lambda p: p.ndim >= 2, params)
+optimizer = nnx.Optimizer(model, optax.adamw(3e-3, weight_decay=1e-4, mask=decay_matrices),
+                          wrt=nnx.Param)
 
 
 @nnx.jit

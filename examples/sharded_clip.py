@@ -101,7 +101,8 @@ for name in params:  # fp32 sums in a different order: compare relative to the g
 
 # Train with optax. jit sees sharded inputs and replicated parameters; the ring
 # loss and its custom gradient run per device.
-tx = optax.adamw(1e-2, weight_decay=1e-4)
+# (weight decay on the matrices only: a decayed log-temperature pulls t towards 1)
+tx = optax.adamw(1e-2, weight_decay=1e-4, mask=lambda p: jax.tree.map(lambda v: v.ndim >= 2, p))
 opt_state = tx.init(params)
 
 

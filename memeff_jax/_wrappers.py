@@ -156,8 +156,11 @@ def module_init_doc(spec: Spec, section: str, learnable: str) -> str:
   lines.append(learnable.format(names=" and ".join(f"``{n}``" for n in params),
                                 them="them" if len(params) > 1 else "it"))
   lines.append(f"param_dtype: the dtype of {' and '.join(f'``{n}``' for n in params)} and "
-               f"of the temperature the loss gets (float32 by default; jnp.float64 with x64 "
-               f"for float64 training). Any float dtype.")
+               f"of the temperature the loss gets: float32 by default, jnp.float64 (with x64) "
+               f"for float64 training. Any float dtype, but keep float32 under mixed "
+               f"precision: in bfloat16 or float16 an optimizer's small steps round away "
+               f"(bfloat16's spacing is 1/64 near log(1 / 0.07)) and the parameter never "
+               f"moves.")
   body = "\n".join(textwrap.fill(" ".join(line.split()), 88, initial_indent="    ",
                                  subsequent_indent="      ") for line in lines)
   return f"\n  {section}:\n{body}\n"

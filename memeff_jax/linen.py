@@ -115,7 +115,11 @@ class _LossModule(_Temperature):
     clone = self.parent is None or isinstance(self.parent, Scope)
     self._initial_params(stacklevel=None if clone else 4)
     check_flag("learnable", self.learnable)
-    matryoshka_options(self.matryoshka_dims, self.matryoshka_weights)
+    # Kept as the checked tuples, as the NNX modules keep them: a list would leave the
+    # module unhashable (jax.jit's static arguments, nn.jit).
+    for name, value in zip(("matryoshka_dims", "matryoshka_weights"),
+                           matryoshka_options(self.matryoshka_dims, self.matryoshka_weights)):
+      object.__setattr__(self, name, value)
     check_flag("matryoshka_per_dim", self.matryoshka_per_dim, allow_none=True)
     super().__post_init__()
 

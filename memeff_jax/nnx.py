@@ -75,7 +75,7 @@ class _LossModule(nnx.Module):
     options = defaults(names, spec.function) | options
     check_flag("learnable", learnable)
     self.max_logit_scale = check_max_logit_scale(max_logit_scale)
-    dtype = check_param_dtype(param_dtype)
+    self.param_dtype = dtype = check_param_dtype(param_dtype)
     variable = nnx.Param if learnable else nnx.Variable
     # (the user's frame: here <- the family's __init__ <- nnx's object construction (3))
     for name, init in initial_params(spec, options, self.max_logit_scale, 6, dtype).items():

@@ -299,6 +299,8 @@ def test_param_dtype(framework):
           extra = {"bias": p["logit_bias"]} if name == "SigLIPLoss" else {}
           return ref(a, b, temperature=jnp.exp(-p["logit_scale"]), **extra)
         want_grads = jax.grad(want)({k: jnp.float64(v) for k, v in params.items()})
+        if framework == "nnx":
+          assert module.param_dtype == dtype
         for k in params:
           assert params[k].dtype == grads[k].dtype == dtype, (name, k, dtype)
           np.testing.assert_allclose(grads[k], want_grads[k],
@@ -308,6 +310,25 @@ def test_param_dtype(framework):
   for bad in (jnp.int32, None, True, "int8"):
     with pytest.raises(TypeError, match="param_dtype must be a float dtype"):
       make(param_dtype=bad)
+
+
+def test_matryoshka_lists_kept_as_tuples():
+  # Lists given for matryoshka_dims / weights are kept as the checked tuples in both
+  # frameworks: a Linen module holding a list was unhashable ("Failed to hash Flax
+  # Module"), so jax.jit could not take it as a static argument. Against the loss
+  # function with the same options (exact: the same call).
+  x, y = _data()[:2]
+  kw = dict(matryoshka_dims=[8, 16], matryoshka_weights=[1, 2], backend="blockwise")
+  want = mj.clip_loss(x, y, temperature=0.07, **{k: tuple(v) if isinstance(v, list) else v
+                                               for k, v in kw.items()})
+  linen_module, nnx_module = mlinen.CLIPLoss(**kw), mnnx.CLIPLoss(**kw)
+  for m in (linen_module, nnx_module):
+    assert m.matryoshka_dims == (8, 16) and m.matryoshka_weights == (1.0, 2.0)
+  variables = linen_module.init(jax.random.key(0), x, y)
+  got = jax.jit(lambda m, a, b: m.apply(variables, a, b), static_argnums=0)(linen_module, x, y)
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+  np.testing.assert_allclose(nnx.jit(lambda m, a, b: m(a, b))(nnx_module, x, y), want,
+                             rtol=1e-6)
 
 
 def test_linen_fixed_temperature():
