@@ -47,6 +47,7 @@ def checkify_checks(enabled: bool = True):
   context managers are: another thread tracing meanwhile is not affected.
   ``MEMEFF_JAX_CHECKIFY=1`` in the environment turns the checks on for the whole
   process, in every thread (``0``, ``false``, ``no``, ``off`` or empty: off).
+  ``enabled=False`` turns them off inside the block (a bool), that variable included.
 
   Example::
 

@@ -266,6 +266,13 @@ _KERNEL_FILE = "memeff_jax_kernel.json.z"
 _OFF, _ON = ("0", "false", "no", "off"), ("1", "true", "yes", "on")
 
 
+def flax_missing(module: str) -> ImportError:
+  """The error of ``module`` (memeff_jax.nnx / .linen) where flax does not import: how
+  to install it (an extra)."""
+  return ImportError(f"{module} needs flax (and optax to train): pip install flax optax, "
+                     f"or from the checkout pip install -e '.[flax]'")
+
+
 def env_switch(value: str | None) -> bool:
   """An environment switch: off when unset, empty, "0", "false", "no" or "off" (any
   case, spaces around ignored), else on."""

@@ -168,8 +168,8 @@ TABLE = (
       (docs/math.md §7.5)."""),
     _flag("deterministic", False, """accepted and changes nothing: every backend is
       deterministic already (no atomics, fixed reduction orders)."""),
-    Option("backend", "auto", """"auto" (Triton on a GPU where jax-triton imports, else blockwise),
-      "triton", "interpret" (the Triton kernels under Triton's CPU interpreter),
+    Option("backend", "auto", """"auto" (Triton on a GPU where jax-triton imports, else blockwise;
+      on a GPU without the kernels it warns once, naming why), "triton", "interpret" (the Triton kernels under Triton's CPU interpreter),
       "blockwise" (pure JAX, any platform) or "reference" (dense, O(B^2) memory).
       float64 features (with ``jax_enable_x64``) run in float64 on "blockwise" and
       "reference" ("auto" picks blockwise); the Triton kernels take fp16, bf16 and

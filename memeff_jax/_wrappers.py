@@ -220,11 +220,13 @@ def module_methods(spec: Spec, stats: Callable, owner: str) -> tuple[Callable, C
                      f"The loss of {spec.what}: a float32 scalar (float64 for float64 "
                      "features).", owner)
   with_stats = call_method(spec, stats, "with_stats", f"``(loss, stats)`` as "
-                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", owner)
+                           f":func:`memeff_jax.{spec.function}_with_stats` returns them.", owner,
+                           returns="tuple[jax.Array, ContrastiveStats]")
   return call, with_stats
 
 
-def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> Callable:
+def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str,
+                returns: str = "jax.Array") -> Callable:
   """The method ``owner.name(self, <spec's arrays>, *, tau_plus=None, where=None)``
   (the family's array names, ``OPTIONAL_ARRAYS`` defaulting to None; its call keywords: no
   ``tau_plus`` for SigLIP) returning ``body(self, *arrays, tau_plus=..., where=...)``.
@@ -247,7 +249,7 @@ def call_method(spec: Spec, body: Callable, name: str, doc: str, owner: str) -> 
   method.__doc__ = doc
   method.__annotations__ = {
       **{a: "ArrayLike | None" if a in OPTIONAL_ARRAYS else "ArrayLike" for a in spec.arrays},
-      **{k: "ArrayLike | None" for k in keywords}, "return": "jax.Array"}
+      **{k: "ArrayLike | None" for k in keywords}, "return": returns}
   return method
 
 

@@ -92,12 +92,12 @@ def grad_cache(embed_fn: Callable, loss_fn: Callable, *, chunk_size: int,
     with ``grads`` shaped like ``params``.
 
   Raises:
-    TypeError: ``chunk_size`` not an int (at once).
+    TypeError: ``chunk_size`` not an int (at once); at trace time, ``loss_fn`` not
+      returning a ``(loss, aux)`` tuple with ``has_aux`` (as ``jax.value_and_grad``
+      raises).
     ValueError: ``chunk_size`` below 1 (at once); at trace time, ``batch``
       leaves with different leading sizes or none, or ``embed_fn`` outputs whose
       leading axis is not the chunk's row count.
-    TypeError: at trace time, ``loss_fn`` not returning a ``(loss, aux)`` tuple with
-      ``has_aux`` (as ``jax.value_and_grad`` raises).
 
   References:
     Gao et al., `Scaling Deep Contrastive Learning Batch Size under Memory Limited

@@ -65,10 +65,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import flax.linen as nn
-from flax.core.scope import Scope
 import jax
 import jax.numpy as jnp
+
+from memeff_jax import _compat
+
+try:
+  import flax.linen as nn
+  from flax.core.scope import Scope
+except ImportError as e:   # flax is an extra
+  raise _compat.flax_missing(__name__) from e
 
 from memeff_jax._options import OPTIONS, defaults
 from memeff_jax._validation import check_flag

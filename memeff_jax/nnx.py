@@ -39,7 +39,13 @@ from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
+
+from memeff_jax import _compat
+
+try:
+  from flax import nnx
+except ImportError as e:   # flax is an extra
+  raise _compat.flax_missing(__name__) from e
 
 from memeff_jax._options import defaults
 from memeff_jax._validation import check_flag

@@ -1,6 +1,8 @@
 """Backend resolution and its errors; the losses under the caller's vmap and numpy
 promotion settings."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,8 +16,29 @@ from memeff_jax.backends.reference import ReferenceBackend
 
 def test_auto_is_blockwise_without_gpu():
   assert jax.default_backend() == "cpu"
-  assert isinstance(backends.resolve("auto"), BlockwiseBackend)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")   # silently: on a CPU blockwise is the choice
+    assert isinstance(backends.resolve("auto"), BlockwiseBackend)
   assert isinstance(backends.resolve("reference"), ReferenceBackend)
+
+
+def test_auto_on_a_gpu_without_the_kernels_warns_once(monkeypatch):
+  # A GPU whose jax-triton does not import: "auto" runs blockwise, which is several times
+  # slower there, so it says so (once a reason, a RuntimeWarning naming the cause); on
+  # a CPU it stays silent (the test above).
+  def no_jax_triton():
+    raise ImportError("No module named 'jax_triton'")
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(mj._compat, "jax_triton", no_jax_triton)
+  backends.registry._warn_auto_blockwise.cache_clear()
+  with pytest.warns(RuntimeWarning, match=r"backend='auto' runs the pure-JAX blockwise "
+                    r"backend on this GPU.*jax-triton does not import.*No module named"):
+    assert isinstance(backends.resolve("auto"), BlockwiseBackend)
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    assert isinstance(backends.resolve("auto"), BlockwiseBackend)    # once
+    assert isinstance(backends.resolve("auto", jnp.float64), BlockwiseBackend)  # by choice
+  backends.registry._warn_auto_blockwise.cache_clear()
 
 
 def test_triton_without_gpu_is_a_clear_error():

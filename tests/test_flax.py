@@ -404,6 +404,19 @@ def test_import_memeff_jax_does_not_import_flax():
   assert out.stdout.strip()
 
 
+@pytest.mark.parametrize("module", ["memeff_jax.nnx", "memeff_jax.linen"])
+def test_without_flax_the_modules_say_how_to_install_it(module):
+  # flax is an extra: importing the Flax modules without it raised a bare
+  # "No module named 'flax'". (sys.modules["flax"] = None makes it unimportable.)
+  code = (f"import sys; sys.modules['flax'] = None\n"
+          f"try:\n  import {module}\nexcept ImportError as e:\n  print(e)")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       check=False)
+  assert out.returncode == 0, out.stderr
+  assert out.stdout.strip() == (f"{module} needs flax (and optax to train): pip install flax "
+                                f"optax, or from the checkout pip install -e '.[flax]'")
+
+
 # --- SigLIP: a learnable temperature and bias -----------------------------------------
 # Each compared with the dense float64 reference on the same float32 features; rtol
 # 1e-5: the module runs the blockwise backend in float32.

@@ -13,6 +13,7 @@ import functools
 import os
 import sys
 import typing
+import warnings
 from typing import Callable, Literal
 
 import jax
@@ -92,6 +93,15 @@ def _interpret_error() -> str | None:
   return None
 
 
+@functools.cache
+def _warn_auto_blockwise(why: str) -> None:
+  """Once a process (a reason): "auto" on a GPU without the Triton kernels runs blockwise,
+  several times slower, which a GPU user would not guess."""
+  warnings.warn(f"backend='auto' runs the pure-JAX blockwise backend on this GPU, not the "
+                f"Triton kernels: {why}. Pass backend='blockwise' to choose it (and silence "
+                f"this), or backend='triton' to raise instead", RuntimeWarning)
+
+
 def resolve(backend: str, dtype=jnp.float32, shape: tuple = ()) -> Backend:
   """The backend object for ``backend`` and input ``dtype``. The Triton kernels compute
   in fp16 / bf16 / fp32: for float64 "auto" is blockwise, and "triton" / "interpret"
@@ -106,7 +116,10 @@ def resolve(backend: str, dtype=jnp.float32, shape: tuple = ()) -> Backend:
                      f"O(batch^2) memory)")
   wide = jnp.dtype(dtype) == jnp.float64
   if backend == "auto":
-    return FACTORIES["blockwise" if wide or _gpu_triton_error() else "triton"]()
+    why = None if wide else _gpu_triton_error()
+    if why and jax.default_backend() == "gpu":
+      _warn_auto_blockwise(why)
+    return FACTORIES["blockwise" if wide or why else "triton"]()
   if backend in ("triton", "interpret") and wide:
     raise TypeError(f"backend={backend!r} computes in float16, bfloat16 or float32, got "
                     f"float64 features: use backend='blockwise' or 'reference' (or cast)")

@@ -1,5 +1,5 @@
 """The default table: tiles and switches by feature size and dtype, measured on an H200
-with Triton 3.6 (docs/benchmarks.md, "Why the default tiles"; benchmarks/bench_configs.py)."""
+with Triton 3.6 (docs/benchmarks.md, "Backends and the default tiles"; benchmarks/bench_configs.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +41,10 @@ def default_config(d: int, dtype, *, interpret: bool = False,
   16-bit inputs form a one-sided block's rows' gradient in its forward
   (``Algorithm.fwd_row_grad``; bfloat16 only, ``TritonBackend.fuses_rows``). The
   measurements behind each row are in docs/benchmarks.md.
+
+  ``interpret``: the tiles of Triton's CPU interpreter (the "interpret" backend): the
+  whole padded feature size a chunk and few programs, since every program runs in
+  Python; no shared memory is fitted.
 
   ``tma``: the GPU and jax-triton load tiles through TMA descriptors (compute
   capability >= 9.0, jax-triton >= 0.4, so Triton >= 3.7): the 16-bit

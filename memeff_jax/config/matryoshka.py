@@ -1,7 +1,7 @@
 """Matryoshka retiling: the config of a block with prefix dims (one feature walk with
 an epilogue per dim; docs/math.md §8), the feature chunk its ladder is laid out in, and
 which of the two forms a loss runs (``per_dim_choice``). The timings behind the tiles
-are in docs/benchmarks.md ("Why the default tiles")."""
+are in docs/benchmarks.md ("Backends and the default tiles")."""
 
 from __future__ import annotations
 
