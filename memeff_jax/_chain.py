@@ -288,6 +288,9 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   w = jnp.asarray(weights, acc)
   loss = poison(jnp.sum(w * per_dim), ok, list(hyper.values()), axis_name)
   loss = poison(loss, late, raw + list(hyper.values()), axis_name)
+  for flag in (c, poison_flag(late, axis_name)):   # each dim's loss (a statistic): NaN
+    if flag is not None:                           # with the loss
+      per_dim = per_dim + lax.stop_gradient(flag).astype(per_dim.dtype)
   loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])
   # In-batch top-1: the positive beats every kept negative by more than the tie

@@ -187,6 +187,13 @@ def test_nothing_kept_or_nothing_to_debias_is_nan(backend):
                                                      backend=backend))(x)
   g = np.asarray(g)
   assert np.isnan(val) and np.all(np.isnan(g[one])) and not np.any(g[~one])
+  # ... and each dim's loss, a statistic, is NaN with the loss, as the reference's (was
+  # finite on the other backends: a weighted sum of finite terms reported beside NaN).
+  for mode in (True, False):
+    val, stats = mj.clip_loss_with_stats(x, y, where=one, tau_plus=jnp.float32(0.1),
+                                         matryoshka_dims=(8, 24), matryoshka_per_dim=mode,
+                                         backend=backend)
+    assert np.isnan(val) and np.all(np.isnan(stats.matryoshka_losses)), (mode, stats)
 
 
 def test_where_with_hard_negatives_and_matryoshka_wrapper():
