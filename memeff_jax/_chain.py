@@ -199,6 +199,8 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
   eps, z_scale = opt["label_smoothing"], opt["lse_square_scale"]
   dims, weights = opt["matryoshka_dims"], opt["matryoshka_weights"]
   be, config, axis_name = opt["backend"], opt["config"], opt["axis_name"]
+  _validation.check_replicated(axis_name, {k: opt[k] for k in _options.traced(SHARED +
+                                                                             family.options)})
   own = {k: opt[k] for k in family.options}
   if isinstance(be, DenseBackend):   # backend="reference": the family's dense oracle
     given = dict(stable=o["stable"], tau_plus=tau_plus, label_smoothing=o["label_smoothing"],

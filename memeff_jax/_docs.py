@@ -64,4 +64,5 @@ SHARED_NEGATIVES = """optional [n_negatives, d], same dtype: columns that every 
       streamed by the kernels as one more block, O(n_negatives d) memory. Trained with
       the second tower (locked where it is). In a ring, each device's own shard: the
       global column set is every device's, as sentence-transformers'
-      ``gather_across_devices``. ``where`` does not apply to them."""
+      ``gather_across_devices`` (a copy on every device would count each column once
+      a device, and raises). ``where`` does not apply to them."""

@@ -204,11 +204,13 @@ TABLE = (
       the mesh axis (or tuple of axes) the batch is sharded over. The arrays are this
       device's contiguous shard; every device returns the global loss, and the
       gradients are the local rows of the global loss's gradient (docs/math.md §9).
-      :func:`memeff_jax.sharded` does this for global arrays.""",
+      ``shared_negatives`` are this device's shard of the global columns too; a traced
+      0-d temperature (bias, margin, ``tau_plus``) is one value on every device
+      (replicated). :func:`memeff_jax.sharded` does this for global arrays.""",
            check=lambda v, c: check_axis(v, *c.arrays, mask=c.got.get("where")) or v,
            type=Hashable | None,
-           raises=((ValueError, "an unbound ``axis_name``, replicated arrays with one, or "
-                                "``check_vma=False``"),)),
+           raises=((ValueError, "an unbound ``axis_name``, replicated arrays or a 0-d "
+                                "option that varies over it, or ``check_vma=False``"),)),
     # Qwen3's own options (the flags, the partition, then the margin).
     _flag("use_qq_negatives", False,
           """add the other queries to row i's candidates (q-q block)."""),

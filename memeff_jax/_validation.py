@@ -304,10 +304,29 @@ def check_axis(axis_name, *arrays, mask=None) -> None:
     mask_axes = frozenset() if mask is None else varying_axes(mask)
     for name, v in arrays:
       if v is not None and axis not in varying_axes(v) | mask_axes:
+        what = ("its own shard of the shared columns (the global set is every device's: a "
+                "copy on each would count every column once a device)"
+                if name == "shared_negatives" else "its own shard of the batch")
         raise ValueError(
             f"{name} is replicated over mesh axis {axis!r} (in_specs P(), or computed from "
-            f"replicated values), but axis_name={axis_name!r} means each device holds its "
-            f"own shard of the batch: shard it (in_specs=P({axis_name!r})) or drop axis_name")
+            f"replicated values), but axis_name={axis_name!r} means each device holds "
+            f"{what}: shard it (in_specs=P({axis_name!r})) or drop axis_name")
+
+
+def check_replicated(axis_name, hyper: dict) -> None:
+  """The 0-d traced hyperparameters in ``hyper`` (name -> value) are one value on every
+  device of the ring: a temperature that varies over ``axis_name`` defines no global
+  loss (each device would scale its own logits, and its gradient would differ by
+  device). Per-row arrays (``tau_plus`` [batch]) are shards, as the batch is."""
+  if axis_name is None:
+    return
+  for axis in axis_name if isinstance(axis_name, tuple) else (axis_name,):
+    for name, v in hyper.items():
+      if isinstance(v, jax.Array) and v.ndim == 0 and axis in varying_axes(v):
+        raise ValueError(
+            f"{name} varies over mesh axis {axis!r}, but the ring's loss takes one {name} "
+            f"on every device: pass it replicated (in_specs=P()) or reduce it first "
+            f"(lax.pmean over {axis!r})")
 
 
 Backend = BackendName   # the public names live in backends.registry

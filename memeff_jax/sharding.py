@@ -32,6 +32,8 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
   learnable temperature) are replicated, other keywords are passed through as static
   values (``matryoshka_dims`` / ``matryoshka_weights`` held as arrays as tuples), and
   ``loss_fn(..., axis_name=axis_name)`` runs once per device under ``jax.shard_map``.
+  Arrays that are neither (a model's parameters, as in ``grad_cache``'s recipe) are
+  closed over by ``loss_fn``, not passed.
   A global batch that does not split evenly is padded with removed rows: zero rows
   and a ``where=`` mask (combined with the caller's), so the loss is that of the
   batch as given (``loss_fn`` must take ``where=``, as every loss here does).
@@ -53,8 +55,8 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
       ``loss_fn`` gets the tuple).
 
   Raises:
-    ValueError: an axis the mesh does not have, or arrays whose leading axes differ;
-      the loss's own errors name the global shapes.
+    ValueError: an axis the mesh does not have, or array arguments whose leading axes
+      differ (``shared_negatives`` aside); the loss's own errors name the global shapes.
   """
   axes = _mesh_axes(mesh, axis_name)
   size = math.prod(mesh.shape[a] for a in axes)
@@ -78,7 +80,9 @@ def sharded(loss_fn: Callable, mesh: jax.sharding.Mesh,
     for name, v in named:
       if np.ndim(v) > 0 and np.shape(v)[0] != n:
         raise ValueError(f"{name} with shape {np.shape(v)} does not share the leading batch "
-                         f"axis of the other arrays ({n})")
+                         f"axis of the other arrays ({n}): every array argument is split "
+                         f"along the batch but shared_negatives (by that name); close over "
+                         f"the others (parameters) instead of passing them")
     pad = -n % size
     if pad:   # removed rows make the batch split evenly
       if not _takes_where(loss_fn):

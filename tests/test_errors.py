@@ -320,6 +320,52 @@ def test_replicated_inputs_with_axis_name(axis_name):
     jax.jit(run)(x, y)
 
 
+@pytest.mark.parametrize("fn,name", [(mj.clip_loss, "temperature"), (mj.siglip_loss, "bias"),
+                                     (mj.qwen3_loss, "margin"), (mj.lit_loss, "tau_plus")])
+def test_hyperparameters_varying_over_the_ring_raise(fn, name):
+  # A 0-d temperature (bias, margin, tau_plus) that differs between the ring's devices
+  # defines no global loss: each device scaled its own logits, and the gradient differed
+  # by device. Replicated, the same value is the single-device loss; a per-row tau_plus
+  # sharded with the batch stays a shard.
+  x, y = data.features(0, [(8, 8), (8, 8)], jnp.float32)
+  value = dict(temperature=0.07, bias=-2.0, margin=0.1, tau_plus=0.1)[name]
+  call = lambda a, b, v: fn(a, b, **{name: v}, axis_name="batch", backend="blockwise")[None]
+  varying = jax.shard_map(lambda a, b, v: call(a, b, v[0]), mesh=_mesh(2),
+                          in_specs=(P("batch"),) * 3, out_specs=P("batch"))
+  with pytest.raises(ValueError, match=f"{name} varies over mesh axis 'batch', but the ring's "
+                                       f"loss takes one {name} on every device"):
+    varying(x, y, jnp.asarray([value, 2 * value], jnp.float32))
+  replicated = jax.shard_map(call, mesh=_mesh(2), in_specs=(P("batch"), P("batch"), P()),
+                             out_specs=P("batch"))
+  got = replicated(x, y, jnp.float32(value))
+  want = fn(x, y, **{name: jnp.float32(value)}, backend="blockwise")
+  np.testing.assert_allclose(got, [want, want], rtol=1e-6)
+
+
+def test_replicated_shared_negatives_with_axis_name():
+  # A memory bank copied to every device would count each column once a device: the
+  # error says they are shards of the global columns.
+  x, y = data.features(0, [(8, 8), (8, 8)], jnp.float32)
+  run = jax.shard_map(lambda a, b, s: mj.clip_loss(a, b, s, axis_name="batch",
+                                                   backend="blockwise")[None],
+                      mesh=_mesh(2), in_specs=(P("batch"), P("batch"), P()),
+                      out_specs=P("batch"))
+  with pytest.raises(ValueError, match=r"shared_negatives is replicated over mesh axis "
+                     r"'batch'.*its own shard of the shared columns"):
+    run(x, y, x[:4])
+
+
+def test_sharded_names_what_it_splits():
+  # A wrapper's other array arguments (a positional s, parameters) are split along the
+  # batch too: the error says only shared_negatives is not, and to close over the rest.
+  x = jnp.ones((13, 8))
+  loss = mj.sharded(lambda a, b, s, **k: mj.clip_loss(a, b, s, **k), _mesh(2), "batch")
+  with pytest.raises(ValueError, match=r"s with shape \(8, 8\) does not share the leading "
+                     r"batch axis of the other arrays \(13\): every array argument is split "
+                     r"along the batch but shared_negatives"):
+    loss(x, x, jnp.ones((8, 8)), backend="blockwise")
+
+
 def test_unbound_axis_in_a_tuple():
   with pytest.raises(ValueError, match="axis_name=\\('batch', 'model'\\) is not bound"):
     jax.shard_map(lambda a: mj.clip_loss(a, a, axis_name=("batch", "model"),
