@@ -288,10 +288,11 @@ def _run(family: Family, **o) -> tuple[jax.Array, ContrastiveStats]:
         trace - a / at_least_1(n_neg + 1) for a, n_neg in zip(crosses(), n_negs)) / len(n_negs)
   per_dim = per_dim + z
   w = jnp.asarray(weights, acc)
-  loss = poison(jnp.sum(w * per_dim), ok, list(hyper.values()), axis_name)
-  loss = poison(loss, late, raw + list(hyper.values()), axis_name)
-  for flag in (c, poison_flag(late, axis_name)):   # each dim's loss (a statistic): NaN
-    if flag is not None:                           # with the loss
+  c_late = poison_flag(late, axis_name)
+  loss = poison(jnp.sum(w * per_dim), c, list(hyper.values()), axis_name)
+  loss = poison(loss, c_late, raw + list(hyper.values()), axis_name)
+  for flag in (c, c_late):   # each dim's loss (a statistic): NaN with the loss
+    if flag is not None:
       per_dim = per_dim + lax.stop_gradient(flag).astype(per_dim.dtype)
   loss = stable_scale(loss, stable=o["stable"], batch=ctx.batch, temperature=temperature)
   unk = (lambda v: v) if dims else (lambda v: v[0])

@@ -169,8 +169,9 @@ TABLE = (
     _flag("deterministic", False, """accepted and changes nothing: every backend is
       deterministic already (no atomics, fixed reduction orders)."""),
     Option("backend", "auto", """"auto" (Triton on a GPU where jax-triton imports, else blockwise;
-      on a GPU without the kernels it warns once, naming why), "triton", "interpret" (the Triton kernels under Triton's CPU interpreter),
-      "blockwise" (pure JAX, any platform) or "reference" (dense, O(B^2) memory).
+      on a GPU without the kernels it warns once, naming why), "triton", "interpret"
+      (the Triton kernels under Triton's CPU interpreter), "blockwise" (pure JAX, any
+      platform) or "reference" (dense, O(B^2) memory).
       float64 features (with ``jax_enable_x64``) run in float64 on "blockwise" and
       "reference" ("auto" picks blockwise); the Triton kernels take fp16, bf16 and
       fp32, and have first-order gradients only (no ``vmap``, no grad-of-grad).""",

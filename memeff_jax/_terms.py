@@ -199,21 +199,22 @@ def stable_scale(loss, *, stable: bool, batch: int, temperature):
                    loss + (factor - 1.0) * (loss - lax.stop_gradient(loss)), loss)
 
 
-def poison(loss, ok, inputs, axis_name=None):
-  """``loss`` unless ``ok`` (0-d bool, this device's checks) is False on some device;
-  then NaN, and NaN gradients for every array in ``inputs``.
+def poison(loss, c, inputs, axis_name=None):
+  """``loss`` while the flag ``c`` (``poison_flag`` of this device's checks: 0, or NaN
+  when a check failed on some device; None: no checks) is 0; else NaN, and NaN
+  gradients for every array in ``inputs``.
 
   ``where(ok, loss, nan)`` would leave the gradients finite (a select passes no NaN
-  to the untaken side), so with ``c = 0`` or ``NaN`` (``poison_flag``) the loss gets
+  to the untaken side), so with ``c = 0`` or ``NaN`` the loss gets
   ``c`` added (NaN even when no input is an array) and ``c * sum(v)`` per input, whose
   gradient is ``c`` everywhere. The chain gives the feature arrays their NaN
   gradients through ``taint`` instead (no second cotangent of their size). 0-d inputs
   enter as ``tanh(v)``, finite for an infinite margin (which is in range). Inputs
   under ``stop_gradient`` (locked towers) keep their zero gradient.
   """
-  if ok is None:
+  if c is None:
     return loss
-  c = poison_flag(ok, axis_name).astype(loss.dtype)
+  c = c.astype(loss.dtype)
   term = jnp.zeros((), loss.dtype)
   for v in inputs:
     if isinstance(v, (type(None), int, float)) or not jnp.issubdtype(v.dtype, jnp.floating):

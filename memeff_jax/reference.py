@@ -17,7 +17,7 @@ from jax import lax
 from memeff_jax._checkify import value_checks
 from memeff_jax._compat import standard_numpy
 from memeff_jax._terms import (MARGIN_TIE, ContrastiveStats, SigLIPStats, glue_dtype, in_dtype,
-                               is_zero, normalize, poison, stable_scale, upcast)
+                               is_zero, normalize, poison, poison_flag, stable_scale, upcast)
 from memeff_jax._validation import (check_dims, check_negatives, check_partition,
                                     check_weights)
 from memeff_jax.matryoshka import matryoshka
@@ -126,7 +126,7 @@ def _finish(ells, lses, *, batch, temperature, stable, lse_square_scale, arrays,
   ok = value_checks(arrays, hyper)
   if no_negatives is not None:
     ok = ~no_negatives if ok is None else ok & ~no_negatives
-  loss = poison(loss + z, ok, [*arrays.values(), *hyper.values()])
+  loss = poison(loss + z, poison_flag(ok), [*arrays.values(), *hyper.values()])
   loss = stable_scale(loss, stable=stable, batch=batch, temperature=temperature)
   return loss, z
 
@@ -402,7 +402,7 @@ def siglip_loss_with_stats(image_features, text_features, *, temperature=0.1, bi
   neg = jnp.sum(jnp.where(~eye & cols, -jax.nn.log_sigmoid(-z), 0.0), axis=-1)
   loss = _mean(pos + neg, valid)
   ok = value_checks(arrays, dict(temperature=temperature, bias=bias))
-  loss = poison(loss, ok, [*arrays.values(), temperature, bias])
+  loss = poison(loss, poison_flag(ok), [*arrays.values(), temperature, bias])
   loss = stable_scale(loss, stable=stable, batch=b, temperature=temperature)
   return loss, SigLIPStats(_mean(pos, valid), _mean(neg, valid),
                            accuracy_row=_accuracy(s, cols, eye, scale, valid))

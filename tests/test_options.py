@@ -109,9 +109,9 @@ def test_class_constructor_parameters():
 # The Flax modules: their loss options are the table's rows, with its defaults (the
 # family's: SigLIP's temperature is 0.1); SigLIP has no softmax options.
 _MODULE_FIELDS = ["temperature", "learnable", "max_logit_scale", "param_dtype",
-                  "normalized_inputs", "stable", "tau_plus", "label_smoothing", "lse_square_scale", "matryoshka_dims",
-                  "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
-                  "deterministic", "config"]
+                  "normalized_inputs", "stable", "tau_plus", "label_smoothing",
+                  "lse_square_scale", "matryoshka_dims", "matryoshka_weights",
+                  "matryoshka_per_dim", "axis_name", "backend", "deterministic", "config"]
 _SOFTMAX_ONLY = ["tau_plus", "label_smoothing", "lse_square_scale"]
 _PORTING = ["use_dq_negatives", "partition", "share_hard_negatives"]
 _OWN = {"CLIPLoss": [], "LiTLoss": [], "Qwen3Loss": ["margin", "use_qq_negatives",
@@ -135,8 +135,8 @@ def test_siglip_module_fields():
   # Written out once, so that _module_fields' rule is checked too.
   assert _module_fields("SigLIPLoss") == [
       "temperature", "learnable", "max_logit_scale", "param_dtype", "normalized_inputs",
-      "stable", "matryoshka_dims", "matryoshka_weights", "matryoshka_per_dim", "axis_name", "backend",
-      "deterministic", "config", "bias"]
+      "stable", "matryoshka_dims", "matryoshka_weights", "matryoshka_per_dim", "axis_name",
+      "backend", "deterministic", "config", "bias"]
   assert _default("SigLIPLoss", "temperature") == 0.1
   assert _default("SigLIPLoss", "bias") == -10.0
 

@@ -1,5 +1,6 @@
 """The default table: tiles and switches by feature size and dtype, measured on an H200
-with Triton 3.6 (docs/benchmarks.md, "Backends and the default tiles"; benchmarks/bench_configs.py)."""
+with Triton 3.6 (docs/benchmarks.md, "Backends and the default tiles";
+benchmarks/bench_configs.py)."""
 
 from __future__ import annotations
 
